@@ -529,13 +529,19 @@ static void paged_combine_words(void **s) {
     assert_non_null(strstr(err.msg, "paged.combine"));
 }
 
-/* paged.swap: off by default (auto) until the swapped kernel is measured on a GPU; on, x2 and off as written, a word of
+/* paged.swap: on by default (auto) from sm_90, where it was measured, off below; on, x2 and off as written, a word of
  * another route refused with the key named */
 static void paged_swap_words(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
+    fm_routes_default(&r, 8);
+    assert_int_equal(fm_routes_paged_swap(&r), 0);
+    assert_int_equal(fm_routes_apply(&r, "paged.swap=on", &err), FM_OK);
+    assert_int_equal(fm_routes_paged_swap(&r), 1);
     fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_paged_swap(&r), 1);
+    assert_int_equal(fm_routes_apply(&r, "paged.swap=off", &err), FM_OK);
     assert_int_equal(fm_routes_paged_swap(&r), 0);
     assert_int_equal(fm_routes_apply(&r, "paged.swap=on", &err), FM_OK);
     assert_int_equal(fm_routes_paged_swap(&r), 1);

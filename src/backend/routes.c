@@ -464,7 +464,7 @@ static const route_key route_keys[] = {
      FIELD(paged_swap),
      "auto|on|off|x2",
      {{"on", FM_ROUTE_ON}, {"off", FM_ROUTE_OFF}, {"x2", FM_ROUTE_SWAP_X2}},
-     "off",
+     "on for sm_90+",
      "decode attention with the keys as the mma's M and the query heads as its N (kv heads of <= 8 query heads)",
      "paged attention's split kernel puts a kv head's query heads in the 16 rows of each tensor-core product: with 8 "
      "of them (Qwen3-30B-A3B, Qwen3-Next) half of every product is zero rows. `on` runs the decode rows on a kernel "
@@ -474,8 +474,10 @@ static const route_key route_keys[] = {
      "differ from the split kernel's by the order of fp32 sums only. Head dims 64, 128 and 256 with at most 8 query "
      "heads a kv head (elsewhere the split kernel runs). `x2`: each warp takes two 16-key tiles an iteration (four "
      "chains of products, one softmax round per 32 keys, four stages a warp, 2 CTAs an SM), for the e4m3 cache to "
-     "head dim 128 (the other forms take one). `auto` is `off` until measured on a GPU; the cpu backend has one "
-     "reference",
+     "head dim 128 (the other forms take one). `auto` is `on` from sm_90 (an H100, fp8 decode at context 2048 "
+     "against the split kernel, both loading their first tiles early: bf16 cache B = 1 -2.1 to -3.1 %, B = 8 -2.1 "
+     "to -2.7 %, B = 64 -1.4 %; e4m3 cache B = 8 level, B = 64 -4.0 %; docs/RESULTS.md 2.40), `off` below (not "
+     "measured there); the cpu backend has one reference",
      now_paged_swap},
     {"dense.quant",
      FIELD(dense_quant),
@@ -872,7 +874,9 @@ bool fm_routes_w4a8_early_codes(const fm_routes *r) {
 }
 
 /* auto: off until measured on a GPU (built in the forty-first session, bench/NOTES.md) */
+#define PAGED_SWAP_BY_DEFAULT_FROM_SM 9
 int32_t fm_routes_paged_swap(const fm_routes *r) {
+    if (r->paged_swap == FM_ROUTE_AUTO) return r->sm_major >= PAGED_SWAP_BY_DEFAULT_FROM_SM ? 1 : 0;
     return r->paged_swap == FM_ROUTE_SWAP_X2 ? 2 : r->paged_swap == FM_ROUTE_ON ? 1 : 0;
 }
 

@@ -292,7 +292,7 @@ bool fm_routes_attn_persistent(const fm_routes *r);
  * (attention_paged_swap.cu), where a kv head has at most 8 query heads and the head dim is 64, 128 or 256: half the
  * products of the split kernel, no K conversion through shared memory for an e4m3 cache. The 16-key tiles a warp
  * takes an iteration: 0 (the split kernel), 1 (`on`) or 2 (`x2`: the e4m3 form to head dim 128; the others take 1).
- * `auto` is 0 until measured on a GPU. */
+ * `auto` is 1 from sm_90 (measured on an H100: docs/RESULTS.md 2.40), 0 below. */
 #define FM_ROUTE_SWAP_X2 3 /* paged.swap=x2: beside fm_route_switch's codes */
 int32_t fm_routes_paged_swap(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route

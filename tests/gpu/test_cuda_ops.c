@@ -716,14 +716,15 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
     gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
-    /* route paged.combine: the split kernel's last CTA merges the splits (fused) with the bits of the combine kernel;
-       route paged.early_kv: the split kernel's (and paged.swap's) first tiles of past keys loaded before its PDL
+    /* route paged.combine: the last CTA (split or swapped kernel) merges the splits (fused) with the combine kernel's
+       bits; route paged.early_kv: the split kernel's (and paged.swap's) first tiles of past keys loaded before its PDL
        wait, with the bits of the loads after it (a decode step's store just before it: test_cuda_generate under the
        route); for attention_paged and for the split kernel's rows of attention_paged_runs */
-    const char *pairs[3][2] = {{"paged.combine=kernel", "paged.combine=fused"},
-                               {"paged.early_kv=off", "paged.early_kv=on"},
+    const char *pairs[4][2] = {{"paged.swap=off,paged.combine=kernel", "paged.swap=off,paged.combine=fused"},
+                               {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused"},
+                               {"paged.swap=off,paged.early_kv=off", "paged.swap=off,paged.early_kv=on"},
                                {"paged.swap=on,paged.early_kv=off", "paged.swap=on,paged.early_kv=on"}};
-    for (int pr = 0; pr < 3; pr++) {
+    for (int pr = 0; pr < 4; pr++) {
         fm_backend *forms[2] = {cuda_with_route(&b, pairs[pr][0]), cuda_with_route(&b, pairs[pr][1])};
         for (int runs = 0; runs < 2; runs++) {
             paged_out f[2];
@@ -746,9 +747,10 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     }
     /* route paged.swap: the decode rows on the kernel with the keys as the mma's M (attention_paged_swap.cu, kv heads
        of at most 8 query heads at hd 64, 128, 256; elsewhere the split kernel), either combine, alone and beside the
-       tiled kernel: within the split kernel's bound of the CPU */
-    const char *swaps[2] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused"};
-    for (int k = 0; k < 2; k++) {
+       tiled kernel, and the split kernel (the default from sm_90 is the swapped one): within the bound of the CPU */
+    const char *swaps[3] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused",
+                            "paged.swap=off"};
+    for (int k = 0; k < 3; k++) {
         fm_backend *be = cuda_with_route(&b, swaps[k]);
         for (int runs = 0; runs < 2; runs++) {
             fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
@@ -1117,10 +1119,12 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     expect_e4m3_cache(&p, &c[0], row_b, what);
     printf("  kv_store and qk_norm_rope_store e4m3 %s: the codes and scales of fm_kv_e4m3_quantize_row\n", what);
 
-    /* (b) and (c): fill with both combines (the same splits for both forms), then the default routes */
+    /* (b) and (c): the split kernel, fill with both combines (the same splits for both forms), then its default
+       splits (paged.swap's kernel, the default from sm_90, in (d)) */
     const uint8_t *k8 = c[0].kc + row_b, *v8 = c[0].vc + row_b; /* the cache's rows, past the guard row */
     float *kvals = e4m3_values(&p, c[0].kc, row_b), *vvals = e4m3_values(&p, c[0].vc, row_b);
-    const char *routes[3] = {"paged.splits=fill,paged.combine=kernel", "paged.splits=fill,paged.combine=fused", NULL};
+    const char *routes[3] = {"paged.swap=off,paged.splits=fill,paged.combine=kernel",
+                             "paged.swap=off,paged.splits=fill,paged.combine=fused", "paged.swap=off"};
     float *e8[3], *runs8[3];
     for (int k = 0; k < 3; k++) {
         fm_backend *be = routes[k] ? cuda_with_route(&b, routes[k]) : cu;
