@@ -56,9 +56,11 @@
 // (lanes split the head dimension, a shuffle reduction per score), then the warps merge through shared memory.
 // Written to be obviously right, not fast.
 //
-// Programmatic dependent launch (pdl.cuh, `pdl`): each kernel lets the next one start at its top and waits for the
-// earlier ones at once (every input is an earlier kernel's output or the step's: the query, the cache the RoPE
-// kernel has just appended to, positions and tables; there are no weights), before any early return.
+// Programmatic dependent launch (pdl.cuh, `pdl`): each kernel waits for the earlier ones near its top, before any
+// early return, and lets the next one start after that wait. Before it a kernel reads only what the host staged for
+// the step (sequences, positions, block tables: the combine's lengths, the split kernels' slices and, with
+// paged.early_kv, their first tiles of keys earlier steps stored); the query and the key the RoPE kernel has just
+// appended are earlier kernels' outputs, read after it. There are no weights.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <math.h>
@@ -89,10 +91,13 @@ template <bool QUANT>
 static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_seq, const int32_t *tok_pos, int nh,
                                           int hd, int splits, int skip_runs, bf16 *out, uint8_t *x8, float *xs) {
     __shared__ float sm[FM_ATT_PAGED_MAX_SPLITS], sl[FM_ATT_PAGED_MAX_SPLITS];
-    pdl_wait();
     const int64_t t = blockIdx.x;
-    if (skip_runs && apg_in_run(tok_seq, gridDim.x, t)) return;                             /* the whole CTA */
-    apg_combine_head(part, tok_pos, nh, hd, splits, gridDim.x, t, blockIdx.y, out, sm, sl); /* ends in a barrier */
+    /* the sequences and positions are the host's (staged before the step: pdl.cuh), read before the wait */
+    const bool skip = skip_runs && apg_in_run(tok_seq, gridDim.x, t);
+    const int len = tok_pos[t] + 1;
+    pdl_wait();
+    if (skip) return;                                                                   /* the whole CTA */
+    apg_combine_head(part, len, nh, hd, splits, gridDim.x, t, blockIdx.y, out, sm, sl); /* ends in a barrier */
     if (QUANT && (int)(threadIdx.x >> 5) < hd / 128) {
         const int64_t K = (int64_t)nh * hd, grp = (int64_t)blockIdx.y * (hd / 128) + (threadIdx.x >> 5);
         quantize_group_warp<false>(out + t * K, K, grp, x8 + t * K, xs, NULL, gridDim.x, t);

@@ -539,28 +539,39 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
 
 // Merges the splits of (token t of T, query head h) into out[t, h, 0..hd), the combine kernel's arithmetic: M the
 // largest of the splits' maxima, then per split s in order e = exp2(m_s - M), acc += o_s[d] e, L += l_s e; acc / L.
-// Every thread of the CTA calls it (blockDim.x >= hd, a multiple of 32); thread d < hd owns output d. The splits'
-// maxima and sums go to shared memory first (sm, sl: FM_ATT_PAGED_MAX_SPLITS floats each), loaded by all threads at
-// once, so that the walk over the splits issues only the o_s[d] loads, which do not depend on each other (the loop
-// that read m_s and l_s from L2 in it waited a round trip a split: ~5 us for 32 splits). Reads bypass L1 (ld.cg):
-// in the persistent decode block other CTAs of the same launch wrote the partials.
-static __device__ __forceinline__ void apg_combine_head(const float *part, const int32_t *tok_pos, int nh, int hd,
-                                                        int splits, int64_t T, int64_t t, int h, bf16 *out, float *sm,
-                                                        float *sl) {
+// Every thread of the CTA calls it (blockDim.x >= hd, a multiple of 32); thread d < hd owns output d; len: token t's
+// context (its position + 1). The splits' maxima and sums go to shared memory first (sm, sl: FM_ATT_PAGED_MAX_SPLITS
+// floats each), loaded by all threads at once, and the first APG_COMBINE_PRE splits' o_s[d] into registers in the same
+// round (they depend on nothing but len), so that the walk over the splits waits one L2 round trip, not one per
+// batch of the loop's loads (the loop that read m_s and l_s from L2 in it waited a round trip a split: ~5 us for 32
+// splits). The same sums in the same order. Reads bypass L1 (ld.cg): in the persistent decode block other CTAs of the
+// same launch wrote the partials.
+#define APG_COMBINE_PRE 32 /* splits whose o_s[d] a thread loads before the maxima land */
+static __device__ __forceinline__ void apg_combine_head(const float *part, int len, int nh, int hd, int splits,
+                                                        int64_t T, int64_t t, int h, bf16 *out, float *sm, float *sl) {
     const int64_t th = t * nh + h;
-    const int len = tok_pos[t] + 1;
     const int chunk = apg_chunk(len, splits), n = (len + chunk - 1) / chunk; // the splits that ran
     const int64_t n_part = T * nh * splits;
     const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
+    const int d = threadIdx.x;
+    float pre[APG_COMBINE_PRE];
+#pragma unroll
+    for (int s = 0; s < APG_COMBINE_PRE; s++) pre[s] = d < hd && s < n ? __ldcg(po + (int64_t)s * hd + d) : 0.0f;
     for (int s = threadIdx.x; s < n; s += blockDim.x) sm[s] = __ldcg(pm + s), sl[s] = __ldcg(pl + s);
     __syncthreads();
-    const int d = threadIdx.x;
     if (d < hd) {
         float M = -INFINITY;
         for (int s = 0; s < n; s++) M = fmaxf(M, sm[s]);
         float acc = 0.0f, L = 0.0f;
+#pragma unroll
+        for (int s = 0; s < APG_COMBINE_PRE; s++) {
+            if (s >= n) break;
+            const float e = exp2f(sm[s] - M);
+            acc += pre[s] * e;
+            L += sl[s] * e;
+        }
 #pragma unroll 8
-        for (int s = 0; s < n; s++) {
+        for (int s = APG_COMBINE_PRE; s < n; s++) {
             const float e = exp2f(sm[s] - M);
             acc += __ldcg(po + (int64_t)s * hd + d) * e;
             L += sl[s] * e;

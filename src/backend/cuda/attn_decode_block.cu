@@ -142,7 +142,7 @@ static __global__ __launch_bounds__(PB_THREADS, 2) void attn_decode_block_kernel
         grid_barrier(p.barrier);
         /* phase 3: the combine */
         for (int h = blockIdx.x; h < nh; h += gridDim.x)
-            apg_combine_head(at.part, at.tok_pos, nh, hd, at.splits, 1, 0, h, at.out, cm, cl);
+            apg_combine_head(at.part, at.tok_pos[0] + 1, nh, hd, at.splits, 1, 0, h, at.out, cm, cl);
     }
     ADB_STAMP(7);
     grid_barrier(p.barrier);

@@ -18,9 +18,10 @@
 // head, what kv_store reads back from the qkv row), then each lane converts its pairs with the scale of kv_store.cu's
 // kernel (kv_store.cuh's helpers): the bits of qk_norm_rope + kv_store(e4m3).
 //
-// Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start at its top and waits for the
-// earlier ones before anything else (the positions and slots are a step's inputs, the rows the projection's output);
-// the norm weights are read where they are used, after the wait: a few hundred bytes, not worth registers held early.
+// Programmatic dependent launch (pdl.cuh, `pdl`): the positions and slots are the step's inputs, staged by the host,
+// so the kernel reads them and computes its token's sines and cosines (powf, sincosf) before it waits for the
+// earlier kernels, then lets the next one start; the rows are the projection's output, read after the wait. The
+// norm weights are read where they are used, after the wait: a few hundred bytes, not worth registers held early.
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/rope_device.cuh"
@@ -32,13 +33,13 @@ template <typename A, int R, int STORE>
 static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(
     A *qkv, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm, float eps, int64_t pos0,
     const int32_t *pos, float theta, const int32_t *slots, void *k_cache, void *v_cache, int64_t row_b) {
-    pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = STORE ? (int64_t)slots[t] : -1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* this lane's pairs: j = 64 r + 2 lane + c, c in {0, 1}, where j < half */
     float cs[R][2], sn[R][2];
     rope_angles<R>((float)(pos ? (int64_t)pos[t] : pos0 + t), theta, hd, lane, cs, sn);
+    pdl_wait(); /* the positions and slots above are the host's; the rows below the projection's */
     const int heads = STORE ? nh + 2 * nkv : nh + nkv;
     for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < heads; h += (int)gridDim.y * ROPE_WARPS)
         rope_head<A, R, STORE>(qkv + t * (int64_t)(nh + 2 * nkv) * hd, h, nh, nkv, hd, q_norm, k_norm, eps, cs, sn,
