@@ -6,7 +6,7 @@
 # fp8 decode B = 1, 8, 64 (bf16 cache), three rounds in the order base new, new base, base new. Then
 # test_paged_attention, test_rope_attention, test_cuda_generate, and memcheck of test_paged_e4m3, as time allows.
 set -u
-LIMIT=${LIMIT:-420}
+LIMIT=${LIMIT:-360}
 source .carry/env.sh
 mkdir -p s52 s53 && tar -xJf .carry/gpu-s52a.tar.xz -C s52 && tar -xJf .carry/gpu-s52b.tar.xz -C s53 || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader

@@ -124,6 +124,9 @@ static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
 static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_paged_early_kv(r)));
 }
+static void now_moe_plan_slots(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_moe_plan_slots(r)));
+}
 static void now_w4a8_early_codes(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_w4a8_early_codes(r)));
 }
@@ -590,6 +593,15 @@ static const route_key route_keys[] = {
      "they load while the kernel before it finishes. The same bits either way. `auto` is `on`: on an H100 fp8 "
      "decode B = 1 -1.3 %, B = 8 -1.0 %, B = 64 -0.9 % (docs/RESULTS.md 2.39)",
      now_paged_early_kv},
+    {"moe.plan_slots", FIELD(moe_plan_slots), "auto|on|off", SWITCH_WORDS, "off",
+     "the grouped experts' dispatch: the plan kernel's block gives every routed row its slot too",
+     "the experts on the grouped GEMMs (steps above `moe.gemv`'s pairs) are fed by a dispatch of three launches: the "
+     "plan (one block: each expert's rows counted, its segment and tiles), the slots (one thread a routed row: its "
+     "place in its expert's segment) and the gather (the rows of x quantized into their slots). `on` lets the plan's "
+     "block assign the slots as well, from the ids it has just counted, up to 4096 routed rows (above, the slot kernel "
+     "runs): one launch fewer per MoE layer. A row's place inside its expert's segment follows the atomics either way "
+     "and no result depends on it. `auto` is `off` until measured on a GPU; the cpu backend has one reference",
+     now_moe_plan_slots},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -861,6 +873,12 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 }
 
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
+
+/* auto: off until measured on a GPU */
+#define MOE_PLAN_SLOTS_BY_DEFAULT false
+bool fm_routes_moe_plan_slots(const fm_routes *r) {
+    return r->moe_plan_slots == FM_ROUTE_ON || (r->moe_plan_slots == FM_ROUTE_AUTO && MOE_PLAN_SLOTS_BY_DEFAULT);
+}
 
 /* auto: on (an H100: fp8 decode B = 1 -1.3 %, B = 8 -1.0 %, B = 64 -0.9 %, docs/RESULTS.md 2.39); PDL's alone */
 #define PAGED_EARLY_KV_BY_DEFAULT true

@@ -129,6 +129,7 @@ typedef struct fm_routes {
     int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
     int32_t w4a8_early_codes; /* w4a8.early_codes: fm_route_switch */
     int32_t paged_early_kv;   /* paged.early_kv: fm_route_switch */
+    int32_t moe_plan_slots;   /* moe.plan_slots: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -282,6 +283,11 @@ bool fm_routes_w4a8_early_codes(const fm_routes *r);
 /* Paged attention's split kernel issuing its first tiles of the keys earlier steps stored before its PDL wait
  * (paged.early_kv) */
 bool fm_routes_paged_early_kv(const fm_routes *r);
+/* The grouped experts' dispatch (steps above the GEMVs' pairs): the plan kernel's block also gives every routed row
+ * its slot, up to 4096 rows, where a slot kernel ran after it (moe_dispatch.cu): one launch fewer per MoE layer, the
+ * same results (a row's slot inside its expert's segment follows the atomics either way; no result depends on it).
+ * `auto` is off until measured on a GPU (route moe.plan_slots). */
+bool fm_routes_moe_plan_slots(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
  * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,

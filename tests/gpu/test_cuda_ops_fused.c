@@ -746,6 +746,21 @@ static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
     dense_routes_case("dense.quant=kernel,decode.fused=on", "dense.quant=fused,decode.fused=on", M, K, N);
 }
 
+/* route moe.plan_slots: the grouped dispatch's slots assigned by the plan kernel's block (up to 4096 routed rows; the
+ * slot kernel above) with the results of the two launches, bit for bit: Qwen3-30B-A3B's experts at 8, 64, 300 and
+ * 2048 tokens (the last 16,384 rows: the slot kernel's fallback), an expert width that is not a multiple of 128 (the
+ * slots' rows of h zeroed past it), a row count past 1024 in one block (600 x 2 = 1200 rows), and an NVFP4 dispatch */
+static void test_moe_plan_slots(void **s) {
+    (void)s;
+    const char *off = "moe.plan_slots=off", *on = "moe.plan_slots=on", *grouped = "moe.gemv=off";
+    const int64_t Tq[] = {8, 64, 300, 2048};
+    for (int i = 0; i < 4; i++)
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, 40, 8, 2, 200, 72);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, 600, 13, 2, 384, 200);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
+}
+
 /* w4a8.early_codes: the W4A8 GEMM's first codes issued before its PDL wait where its tile is known, against after
  * it, bit for bit. The experts' grouped down GEMM: Qwen3-30B-A3B's experts on 16-row tiles (8 tokens), 64 and 300
  * tokens (64-row tiles, codes through the ring) and 2048 (codes in registers); the odd shapes, whose down GEMM has one
@@ -942,19 +957,13 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),
-        cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_w4a8_early_codes),
-        cmocka_unit_test(test_router_dispatch_fused),
-        cmocka_unit_test(test_router_cluster),
-        cmocka_unit_test(test_moe_persistent),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),
-        cmocka_unit_test(test_linear_dense_quant_fused),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_w4a8_early_codes),        cmocka_unit_test(test_moe_plan_slots),
+        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_router_cluster),
+        cmocka_unit_test(test_moe_persistent),          cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -241,7 +241,7 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
     }
     const int64_t NQ = (int64_t)L->n_ranks * L->cap;
     fm_cuda_ep_flatten(recv, L, ids, s);
-    fm_cuda_moe_plan(ids, NQ, E, tile_rows, b, false, s); /* plain, as the blocks' kernels around it */
+    fm_cuda_moe_plan(ids, NQ, E, tile_rows, b, false, false, s); /* plain, as the blocks' kernels around it */
     const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
     const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
     if (b->fmt == FM_W4A8_DISPATCH_MX)

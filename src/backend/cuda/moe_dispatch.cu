@@ -13,17 +13,24 @@
 // One block of MAX_EXPERTS threads: each expert's rows counted in shared memory (no counters in global memory, so
 // nothing to zero before the dispatch: a memset is a graph node that breaks the PDL chain), then scans of the counts
 // and of the tiles (bn rows at most) per expert (Hillis-Steele in shared). amax_word (NVFP4: the word the amax pass
-// accumulates into; else NULL) is zeroed here for the same reason.
+// accumulates into; else NULL) is zeroed here for the same reason. SLOTS (route moe.plan_slots, P <= PLAN_SLOTS_MAX):
+// the block then gives every pair its slot as slot_kernel does (each thread its own pairs, from the ids it counted,
+// the cursors in shared memory): that kernel's launch saved.
+#define PLAN_SLOTS_MAX (4 * MAX_EXPERTS)
+template <bool SLOTS>
 static __global__ void __launch_bounds__(MAX_EXPERTS)
     plan_kernel(const int32_t *ids, int64_t P, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
-                fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of, uint32_t *amax_word) {
+                fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of, uint32_t *amax_word,
+                int32_t *pair_of_slot, int32_t *slot_of_pair, uint8_t *h, int64_t h_cols) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
+    __shared__ int32_t seg[SLOTS ? MAX_EXPERTS : 1], cur[SLOTS ? MAX_EXPERTS : 1];
     const int e = threadIdx.x;
     rows[e] = 0;
+    if (SLOTS) cur[e] = 0;
     pdl_wait(); /* ids are the router's; the buffers written below, what the previous layer's kernels read */
     __syncthreads();
+    int32_t id[4] = {-1, -1, -1, -1};                     /* SLOTS: the one round's ids, kept for the slots */
     for (int64_t p0 = 0; p0 < P; p0 += 4 * MAX_EXPERTS) { /* 4 loads in flight per thread before the atomics */
-        int32_t id[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int64_t p = p0 + u * MAX_EXPERTS + e;
@@ -43,17 +50,36 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
         rows[e] += r, ntl[e] += n;
         __syncthreads();
     }
-    if (e >= E) return;
-    const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
-    seg_start[e] = start;
-    cursor[e] = 0; /* the slot kernel's counters */
-    for (int32_t i = 0; i * bn < c; i++) {
-        const int32_t n = c - i * bn < bn ? c - i * bn : bn;
-        fm_w4a8_tile t = {matrix_of ? matrix_of[e] : e, start + i * bn, n, 0};
-        tiles[first_tile + i] = t;
+    if (e < E) {
+        const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
+        seg_start[e] = start;
+        if (SLOTS) seg[e] = start;
+        else cursor[e] = 0; /* the slot kernel's counters */
+        for (int32_t i = 0; i * bn < c; i++) {
+            const int32_t n = c - i * bn < bn ? c - i * bn : bn;
+            fm_w4a8_tile t = {matrix_of ? matrix_of[e] : e, start + i * bn, n, 0};
+            tiles[first_tile + i] = t;
+        }
+        if (e == E - 1) *n_tiles = ntl[e];
     }
-    if (e == E - 1) *n_tiles = ntl[e];
     if (e == 0 && amax_word) *amax_word = 0u;
+    if (!SLOTS) return;
+    __syncthreads(); /* every expert's segment start */
+    const int64_t ldh = (h_cols + 127) / 128 * 128;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int64_t p = u * MAX_EXPERTS + e;
+        if (p >= P) break;
+        if (id[u] < 0) { /* an empty place */
+            slot_of_pair[p] = -1;
+            continue;
+        }
+        const int32_t slot = seg[id[u]] + atomicAdd(&cur[id[u]], 1);
+        pair_of_slot[slot] = (int32_t)p;
+        slot_of_pair[p] = slot;
+        if (h)
+            for (int64_t col = h_cols & ~(int64_t)3; col < ldh; col += 4) *(uint32_t *)(h + slot * ldh + col) = 0u;
+    }
 }
 
 // One thread per routed pair: its slot in its expert's segment (pair_of_slot for the down GEMM's rows and
@@ -259,13 +285,21 @@ static void amax_launch(const void *x, bool bf16, int64_t n, uint32_t *amax, boo
     FM_LAUNCH_CHECK("amax");
 }
 
-void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl,
-                      cudaStream_t s) {
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+                      bool plan_slots, bool pdl, cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(P, 256);
     const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
     uint32_t *amax_word = b->fmt == FM_W4A8_DISPATCH_NV ? b->amax : NULL;
-    pdl_launch(plan_kernel, dim3(1), dim3(MAX_EXPERTS), 0, s, pdl, ids, P, E, tile_rows, b->seg_start, b->cursor,
-               b->tiles, b->n_tiles, b->matrix_of, amax_word);
+    if (plan_slots && P <= PLAN_SLOTS_MAX) {
+        pdl_launch(plan_kernel<true>, dim3(1), dim3(MAX_EXPERTS), 0, s, pdl, ids, P, E, tile_rows, b->seg_start,
+                   b->cursor, b->tiles, b->n_tiles, b->matrix_of, amax_word, b->pair_of_slot, b->slot_of_pair, b->h,
+                   b->h_cols);
+        FM_LAUNCH_CHECK("moe_dispatch_plan_slots");
+        return;
+    }
+    pdl_launch(plan_kernel<false>, dim3(1), dim3(MAX_EXPERTS), 0, s, pdl, ids, P, E, tile_rows, b->seg_start, b->cursor,
+               b->tiles, b->n_tiles, b->matrix_of, amax_word, (int32_t *)NULL, (int32_t *)NULL, (uint8_t *)NULL,
+               (int64_t)0);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     pdl_launch(slot_kernel, dim3(grid), dim3(256), 0, s, pdl, ids, P, b->seg_start, b->cursor, b->pair_of_slot,
                b->slot_of_pair, b->h, b->h_cols);
@@ -281,14 +315,14 @@ static void per_token_check(const fm_dispatch_bufs *b, const char *who) {
 }
 
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s) {
+                          int32_t tile_rows, const fm_dispatch_bufs *b, bool plan_slots, bool pdl, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32) {
         fprintf(stderr, "fp8moe: moe_dispatch: %d experts, top-%d (1..%d experts and top-1..32 supported)\n", E, k,
                 MAX_EXPERTS);
         abort();
     }
     per_token_check(b, "moe_dispatch");
-    fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, pdl, s);
+    fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, plan_slots, pdl, s);
     const dim3 qblocks(warp_blocks(T * fm_ceil_div(H, 128))), threads(256);
     const fm_dispatch_bufs bv = *b;
     if (b->fmt == FM_W4A8_DISPATCH_NV) {

@@ -46,9 +46,9 @@ typedef struct fm_dispatch_bufs {
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are
-// launched with.
+// launched with. plan_slots (fm_routes_moe_plan_slots): steps 1 and 2 in one block up to 4096 rows.
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s);
+                          int32_t tile_rows, const fm_dispatch_bufs *b, bool plan_slots, bool pdl, cudaStream_t s);
 
 // The same four steps in one block, for a decode-sized dispatch (T k <= FM_MOE_GEMV_MAX_PAIRS, the route
 // moe.gemv): one launch instead of three (cursor is not used, h not zeroed); slots inside an expert's segment in pair

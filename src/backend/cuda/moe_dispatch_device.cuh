@@ -258,8 +258,10 @@ static inline unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (
 
 // The tile plan of P routed rows (ids, -1 an empty place) over E experts in tiles of tile_rows: each expert's count,
 // its segment and tiles (one block), then each row's slot in its expert's segment (b: seg_start, cursor, tiles,
-// n_tiles, pair_of_slot, slot_of_pair; h and h_cols; NVFP4: amax[0] zeroed). pdl: fm_routes_pdl.
-void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl,
-                      cudaStream_t s);
+// n_tiles, pair_of_slot, slot_of_pair; h and h_cols; NVFP4: amax[0] zeroed). plan_slots (route moe.plan_slots): the
+// plan's block assigns the slots too, up to 4096 rows (one launch instead of two; above, the slot kernel runs).
+// pdl: fm_routes_pdl.
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+                      bool plan_slots, bool pdl, cudaStream_t s);
 
 #endif

@@ -288,7 +288,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         return;
     }
     /* no memset before it (a graph node would break the PDL chain): the dispatch needs nothing zeroed */
-    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, fm_routes_pdl(r),
+    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, fm_routes_moe_plan_slots(r), fm_routes_pdl(r),
                          be->stream); /* fold: per-token */
     if (ws_gemms) {
         fold_ws_gemms(be, gate_up, down, &b, P, E, (__nv_bfloat16 *)(ws + L.h16), h, hs, y);
