@@ -5,7 +5,7 @@
 # off, off on; bench moe T = 8..64 both; then test_moe_plan_slots. Carry .carry/env.sh, .carry/debs,
 # .carry/gpu-s52c.tar.xz.
 set -u
-LIMIT=${LIMIT:-200}
+LIMIT=${LIMIT:-130}
 source .carry/env.sh
 mkdir -p s54 && tar -xJf .carry/gpu-s52c.tar.xz -C s54 || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -24,8 +24,8 @@ for v in off on on off; do
   f=$L/moe_$v.log; $N/fp8moe-bench moe --shape qwen3 --tokens 8,16,32,64 --routes fp8-grouped --backend cuda --route $R,moe.plan_slots=$v > $f 2>&1
   echo "== moe plan_slots=$v: $(grep -E '^\| fp8-grouped' $f | awk -F'|' '{printf "T=%s %s ", $3, $4}')"
 done
-if left 90; then
-  FM_TEST_FILTER='test_moe_plan_slots' timeout 90 $N/test_cuda_ops_fused > $L/test_plan_slots.log 2>&1
+if left 60; then
+  FM_TEST_FILTER='test_moe_plan_slots' timeout $((LIMIT - SECONDS - 5)) $N/test_cuda_ops_fused > $L/test_plan_slots.log 2>&1
   echo "== test_moe_plan_slots rc $? $SECONDS s: $(grep -cE '^\[ +OK +\]' $L/test_plan_slots.log) ok, $(grep -cE '^\[ +FAILED +\]' $L/test_plan_slots.log) failed, $(grep -c 'bit for bit' $L/test_plan_slots.log) cases bit for bit"
   grep -E "FAIL|rror" $L/test_plan_slots.log | cut -c1-200 | head -4
 fi
