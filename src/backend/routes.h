@@ -286,7 +286,7 @@ bool fm_routes_paged_early_kv(const fm_routes *r);
 /* The grouped experts' dispatch (steps above the GEMVs' pairs): the plan kernel's block also gives every routed row
  * its slot, up to 4096 rows, where a slot kernel ran after it (moe_dispatch.cu): one launch fewer per MoE layer, the
  * same results (a row's slot inside its expert's segment follows the atomics either way; no result depends on it).
- * `auto` is off until measured on a GPU (route moe.plan_slots). */
+ * `auto` is on (measured on an H100: docs/RESULTS.md 2.41; route moe.plan_slots). */
 bool fm_routes_moe_plan_slots(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
