@@ -124,6 +124,9 @@ static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
 static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_paged_early_kv(r)));
 }
+static void now_moe_block_barrier(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_block_barrier_count(r) ? "count" : "generation");
+}
 static void now_moe_plan_slots(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_moe_plan_slots(r)));
 }
@@ -604,6 +607,18 @@ static const route_key route_keys[] = {
      "less (`bench moe`), fp8 decode B = 8 -1.1 % and B = 64 -0.1 %, at the runs' spread (docs/RESULTS.md 2.41); the "
      "cpu backend has one reference",
      now_moe_plan_slots},
+    {"moe.block_barrier",
+     FIELD(moe_block_barrier),
+     "auto|generation|count",
+     {{"generation", FM_ROUTE_BARRIER_GENERATION}, {"count", FM_ROUTE_BARRIER_COUNT}},
+     "generation",
+     "the persistent MoE block's grid barrier: a generation word, or a monotonic count per grid size",
+     "the persistent MoE block (`moe.persistent`) meets at three grid barriers a layer. `generation`: each CTA adds "
+     "one to a count; the last to arrive, once its add has returned, clears the count and advances a generation word "
+     "the others poll. `count`: a 64-bit count that only grows, one word per grid size; the CTA whose add completes "
+     "a whole grid goes on at once, the others poll until the count reaches that multiple, so they leave an L2 round "
+     "trip earlier. The same results either way. `auto` is `generation` until `count` is measured on a GPU",
+     now_moe_block_barrier},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -875,6 +890,9 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 }
 
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
+
+/* auto: the generation barrier until the count is measured on a GPU */
+bool fm_routes_moe_block_barrier_count(const fm_routes *r) { return r->moe_block_barrier == FM_ROUTE_BARRIER_COUNT; }
 
 /* auto: on (an H100: bench moe T = 8..64 -0.001 to -0.002 ms, decode B = 8 -1.1 %, docs/RESULTS.md 2.41) */
 #define MOE_PLAN_SLOTS_BY_DEFAULT true

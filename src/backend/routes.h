@@ -92,44 +92,45 @@ typedef struct fm_routes {
     /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     int32_t sm_major;
     /* one int32_t per key (routes.c writes them through the key table), 0 = auto everywhere */
-    int32_t w4a8_kernel;      /* w4a8.kernel: fm_route_w4a8_kernel */
-    int32_t attention_kernel; /* attention.kernel: fm_route_attention_kernel */
-    int32_t w4a8_tile;        /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL, _MID or FM_W4A8_BN */
-    int32_t w4a8_fp4;         /* w4a8.fp4: fm_route_w4a8_fp4 */
-    int32_t w4a8_codes;       /* w4a8.codes: fm_route_w4a8_codes */
-    int32_t dense_gemv;       /* dense.gemv: fm_route_switch */
-    int32_t w8a8_gemv_max_m;  /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
-    int32_t pdl;              /* pdl: fm_route_switch */
-    int32_t decode_graphs;    /* decode.graphs: fm_route_switch */
-    int32_t mixed_graphs;     /* mixed.graphs: fm_route_switch */
-    int32_t moe_gemv;         /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
-    int32_t moe_down_quant;   /* moe.down_quant: fm_route_down_quant */
-    int32_t moe_combine;      /* moe.combine: fm_route_paged_combine's words (kernel, fused) */
-    int32_t router_fused;     /* router.fused: fm_route_switch */
-    int32_t gdn_tc;           /* gdn.tc: fm_route_switch */
-    int32_t rope_store;       /* rope.store: fm_route_switch */
-    int32_t shared_stream;    /* shared.stream: fm_route_switch */
-    int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
-    int32_t decode_fused;     /* decode.fused: fm_route_switch */
-    int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
-    int32_t moe_shared;       /* moe.shared: fm_route_moe_shared */
-    int32_t paged_combine;    /* paged.combine: fm_route_paged_combine */
-    int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
-    int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
-    int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
-    int32_t gemv_groups;      /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
-    int32_t router_cluster;   /* router.cluster: fm_route_switch */
-    int32_t moe_act_scale;    /* moe.act_scale: fm_route_moe_act_scale */
-    int32_t moe_persistent;   /* moe.persistent: fm_route_switch */
-    int32_t attn_persistent;  /* attn.persistent: fm_route_switch */
-    int32_t fold_ws;          /* w4a8.fold_ws: fm_route_switch */
-    int32_t paged_swap;       /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
-    int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
-    int32_t w8a8_quant;       /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
-    int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
-    int32_t w4a8_early_codes; /* w4a8.early_codes: fm_route_switch */
-    int32_t paged_early_kv;   /* paged.early_kv: fm_route_switch */
-    int32_t moe_plan_slots;   /* moe.plan_slots: fm_route_switch */
+    int32_t w4a8_kernel;       /* w4a8.kernel: fm_route_w4a8_kernel */
+    int32_t attention_kernel;  /* attention.kernel: fm_route_attention_kernel */
+    int32_t w4a8_tile;         /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL, _MID or FM_W4A8_BN */
+    int32_t w4a8_fp4;          /* w4a8.fp4: fm_route_w4a8_fp4 */
+    int32_t w4a8_codes;        /* w4a8.codes: fm_route_w4a8_codes */
+    int32_t dense_gemv;        /* dense.gemv: fm_route_switch */
+    int32_t w8a8_gemv_max_m;   /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
+    int32_t pdl;               /* pdl: fm_route_switch */
+    int32_t decode_graphs;     /* decode.graphs: fm_route_switch */
+    int32_t mixed_graphs;      /* mixed.graphs: fm_route_switch */
+    int32_t moe_gemv;          /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
+    int32_t moe_down_quant;    /* moe.down_quant: fm_route_down_quant */
+    int32_t moe_combine;       /* moe.combine: fm_route_paged_combine's words (kernel, fused) */
+    int32_t router_fused;      /* router.fused: fm_route_switch */
+    int32_t gdn_tc;            /* gdn.tc: fm_route_switch */
+    int32_t rope_store;        /* rope.store: fm_route_switch */
+    int32_t shared_stream;     /* shared.stream: fm_route_switch */
+    int32_t expert_prefetch;   /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
+    int32_t decode_fused;      /* decode.fused: fm_route_switch */
+    int32_t paged_tiled;       /* paged.tiled: fm_route_switch */
+    int32_t moe_shared;        /* moe.shared: fm_route_moe_shared */
+    int32_t paged_combine;     /* paged.combine: fm_route_paged_combine */
+    int32_t moe_dispatch;      /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
+    int32_t paged_splits;      /* paged.splits: fm_route_paged_splits */
+    int32_t dense_quant;       /* dense.quant: fm_route_down_quant's words (kernel, fused) */
+    int32_t gemv_groups;       /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
+    int32_t router_cluster;    /* router.cluster: fm_route_switch */
+    int32_t moe_act_scale;     /* moe.act_scale: fm_route_moe_act_scale */
+    int32_t moe_persistent;    /* moe.persistent: fm_route_switch */
+    int32_t attn_persistent;   /* attn.persistent: fm_route_switch */
+    int32_t fold_ws;           /* w4a8.fold_ws: fm_route_switch */
+    int32_t paged_swap;        /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
+    int32_t w4a8_gemv_max_m;   /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
+    int32_t w8a8_quant;        /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
+    int32_t w4a8_splits;       /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
+    int32_t w4a8_early_codes;  /* w4a8.early_codes: fm_route_switch */
+    int32_t paged_early_kv;    /* paged.early_kv: fm_route_switch */
+    int32_t moe_plan_slots;    /* moe.plan_slots: fm_route_switch */
+    int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -288,6 +289,13 @@ bool fm_routes_paged_early_kv(const fm_routes *r);
  * same results (a row's slot inside its expert's segment follows the atomics either way; no result depends on it).
  * `auto` is on (measured on an H100: docs/RESULTS.md 2.41; route moe.plan_slots). */
 bool fm_routes_moe_plan_slots(const fm_routes *r);
+/* The persistent MoE block's grid barrier (moe.persistent) on a monotonic count per grid size, where each CTA's add
+ * completes or awaits a whole grid (persistent_block.cuh: grid_barrier_count), rather than the generation barrier
+ * whose last arriver clears the count and releases the others after its add has returned. The same results. `auto`
+ * is the generation barrier until measured on a GPU (route moe.block_barrier). */
+#define FM_ROUTE_BARRIER_GENERATION 1
+#define FM_ROUTE_BARRIER_COUNT 2
+bool fm_routes_moe_block_barrier_count(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
  * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,

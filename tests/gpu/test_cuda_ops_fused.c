@@ -509,17 +509,12 @@ static void test_router_dispatch_fused(void **s) {
  * residual and the normed rows bit for bit, each persistent call made twice (its grid barrier left zero for the
  * next), one kernel in a captured graph where the route applies (persistent); without the tail, or where the route
  * does not apply, the chain's own launches (the chain itself is held against the CPU above). */
-static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int32_t E, int32_t k, int64_t H,
-                            int64_t I) {
-    fm_plan plan;
-    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    const char *base = "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off";
-    fm_backend *gk = gpu_with_route(&plan, base),
-               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on");
+static void persistent_check(fm_backend *gk, fm_backend *gp, const char *label, fm_router_kind kind, bool persistent,
+                             int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     block_in b = make_block(T, E, k, H, I);
     float *rw = rand_array(E * H, 0.05f);
     char what[240];
-    snprintf(what, sizeof what, "moe.persistent kind %d T=%lld E=%d k=%d H=%lld I=%lld", (int)kind, (long long)T, E, k,
+    snprintf(what, sizeof what, "%s kind %d T=%lld E=%d k=%d H=%lld I=%lld", label, (int)kind, (long long)T, E, k,
              (long long)H, (long long)I);
     for (int tail = 0; tail < 2; tail++) {
         routed_out f = run_routed(gp, &b, rw, kind, true, tail, tail, 2),
@@ -538,6 +533,15 @@ static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int
     printf("  %-60s = the chain, bit for bit%s\n", what, persistent ? ", one launch" : " (the chain's launches)");
     free(rw);
     free_block(&b);
+}
+
+static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int32_t E, int32_t k, int64_t H,
+                            int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *gk = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off"),
+               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on");
+    persistent_check(gk, gp, "moe.persistent", kind, persistent, T, E, k, H, I);
     gk->ops->destroy(gk), gp->ops->destroy(gp);
 }
 
@@ -556,6 +560,25 @@ static void test_moe_persistent(void **s) {
     persistent_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, false, 1, 9, 3, 256, 72);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 2, 8, 2, 200, 72);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 1, 8, 2, 4104, 72);
+}
+
+/* route moe.block_barrier=count: the persistent block on the counting barrier, the chain's bits (each call made
+ * twice), grids of several sizes on one backend in turn (each on its own count word, the first shape again after the
+ * others: its word must still be a whole number of its grids) */
+static void test_moe_block_barrier_count(void **s) {
+    (void)s;
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *gk = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off"),
+               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on,moe.block_barrier=count");
+    const char *l = "moe.block_barrier=count";
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 300, 4, 256, 64);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
+    gk->ops->destroy(gk), gp->ops->destroy(gp);
 }
 
 /* route router.cluster: the fused router as one thread-block cluster (logits met in distributed shared memory)
@@ -957,13 +980,21 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_w4a8_early_codes),        cmocka_unit_test(test_moe_plan_slots),
-        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_router_cluster),
-        cmocka_unit_test(test_moe_persistent),          cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),
+        cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_w4a8_early_codes),
+        cmocka_unit_test(test_moe_plan_slots),
+        cmocka_unit_test(test_router_dispatch_fused),
+        cmocka_unit_test(test_router_cluster),
+        cmocka_unit_test(test_moe_persistent),
+        cmocka_unit_test(test_moe_block_barrier_count),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_gdn_decode_fused),
+        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

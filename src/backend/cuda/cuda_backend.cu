@@ -133,6 +133,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->tail_counter) cudaFree(be->tail_counter);
     if (be->gdn_arrivals) cudaFree(be->gdn_arrivals);
     if (be->block_barrier) cudaFree(be->block_barrier);
+    if (be->block_counts) cudaFree(be->block_counts);
     if (be->side_cublas) cublasDestroy(be->side_cublas);
     if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
     if (be->side_work) cudaFree(be->side_work);
@@ -1033,6 +1034,8 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
         cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
         cudaMalloc(&be->block_barrier, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess ||
         cudaMemset(be->block_barrier, 0, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess ||
+        cudaMalloc(&be->block_counts, FM_MOE_BLOCK_COUNTS * sizeof *be->block_counts) != cudaSuccess ||
+        cudaMemset(be->block_counts, 0, FM_MOE_BLOCK_COUNTS * sizeof *be->block_counts) != cudaSuccess ||
         cudaMalloc(&be->sample_ws, FM_CUDA_SAMPLE_WS_BYTES) != cudaSuccess ||
         cudaMemset(be->sample_ws, 0, FM_CUDA_SAMPLE_WS_BYTES) != cudaSuccess) {
         cu_destroy(&be->base);

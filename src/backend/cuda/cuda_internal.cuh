@@ -29,6 +29,7 @@ extern "C" {
 #include "backend/routes.h"
 }
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/moe_decode_block.cuh"
 
 #define FM_CUDA_GROUP 128
 
@@ -87,7 +88,9 @@ typedef struct cuda_backend {
     unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise;
                               // after it FM_MOE_GEMV_MAX_PAIRS per token counters of the down GEMV's (moe.combine)
     unsigned *block_barrier;  // the persistent decode MoE block's grid barrier (moe_decode_block.cuh), likewise
-    unsigned *gdn_arrivals;   // the fused GDN decode kernel's per (row, key head) counters (gdn_decode.cu), likewise
+    unsigned long long *block_counts;               // its counting barrier's words (moe.block_barrier=count), likewise
+    int32_t block_count_grids[FM_MOE_BLOCK_COUNTS]; // the grid size each of them serves (0: free)
+    unsigned *gdn_arrivals; // the fused GDN decode kernel's per (row, key head) counters (gdn_decode.cu), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
        so every op issues there unchanged. Not swapped, so never used by both chains at once: the fused router's

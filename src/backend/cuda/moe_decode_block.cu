@@ -62,8 +62,15 @@ typedef struct mdb_smem {
 #define MDB_STAMP(i) ((void)0)
 #endif
 
+// the phases' barrier: the generation barrier, or with cnt (route moe.block_barrier=count) the counting one
+static __device__ __forceinline__ void block_barrier(const fm_moe_block_args &p, unsigned long long *cnt) {
+    if (cnt) grid_barrier_count(cnt);
+    else grid_barrier(p.barrier);
+}
+
 template <int WE, bool QOUT>
-static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel(const fm_moe_block_args p) {
+static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel(const fm_moe_block_args p,
+                                                                                 unsigned long long *cnt) {
     __shared__ __align__(16) mdb_smem sm;
 #ifdef MDB_TIMES
     long long stamp[10];
@@ -90,7 +97,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     }
     quantize_row_smem<false>(sm.xr, H, p.gu_groups, sm.xq, sm.xqs);
     MDB_STAMP(2);
-    grid_barrier(p.barrier);
+    block_barrier(p, cnt);
     MDB_STAMP(3);
 
     /* phase 1: every CTA routes the token from the logits (through L2): warp 0 makes the values route_warp_token
@@ -145,7 +152,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
         }
     }
     MDB_STAMP(5);
-    grid_barrier(p.barrier);
+    block_barrier(p, cnt);
     MDB_STAMP(6);
 
     /* phase 3: down, each CTA quantizing its expert's h row */
@@ -170,7 +177,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
         }
     }
     MDB_STAMP(7);
-    grid_barrier(p.barrier);
+    block_barrier(p, cnt);
     MDB_STAMP(8);
 
     /* phase 4: the token's end by CTA 0 */
@@ -214,7 +221,13 @@ template <int WE, bool QOUT> static void launch_q(const fm_moe_block_args *a, bo
     if (want < fm_ceil_div(a->E, MDB_WARPS)) want = fm_ceil_div(a->E, MDB_WARPS);
     const int64_t cap = (int64_t)resident * fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     const unsigned grid = (unsigned)(want < cap ? want : cap);
-    pdl_launch(moe_decode_block_kernel<WE, QOUT>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a);
+    /* route moe.block_barrier=count: this grid size's count word, else a free one, else the generation barrier */
+    unsigned long long *cnt = NULL;
+    for (int i = 0; a->counts && i < FM_MOE_BLOCK_COUNTS && !cnt; i++) {
+        if (a->count_grids[i] == 0) a->count_grids[i] = (int32_t)grid;
+        if (a->count_grids[i] == (int32_t)grid) cnt = a->counts + i;
+    }
+    pdl_launch(moe_decode_block_kernel<WE, QOUT>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a, cnt);
 }
 
 template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {

@@ -33,8 +33,14 @@ typedef struct fm_moe_block_args {
     float *out_qs;          // and their scales [pad128(H) / 128]
     __nv_bfloat16 *h16, *y; // scratch: [k][I], [k][H]
     unsigned *barrier;      // FM_MOE_BLOCK_BARRIER_WORDS device words, zero before the first launch (count, generation)
+    /* route moe.block_barrier=count: FM_MOE_BLOCK_COUNTS zeroed 64-bit device words and the host's table of the grid
+       size each one serves (0: free), or NULL (the barrier above); the launcher takes its grid's word (or a free one,
+       or the barrier above when none is left) */
+    unsigned long long *counts;
+    int32_t *count_grids;
 } fm_moe_block_args;
 #define FM_MOE_BLOCK_BARRIER_WORDS 2
+#define FM_MOE_BLOCK_COUNTS 16
 
 // The shapes the kernel takes: one token, E <= 1024 experts, 1 <= k <= min(E, 32), H a multiple of 8 up to 4096 (the
 // norm's row), I up to 4096, both banks int4-tc with gate_up interleaved.

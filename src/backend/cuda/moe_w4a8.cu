@@ -173,6 +173,7 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
     a.acc = tail->acc, a.norm = tail->norm, a.eps = tail->eps, a.out = out, a.out_q = tail->out_q,
     a.out_qs = tail->out_qs;
     a.h16 = (__nv_bfloat16 *)(ws + L.h16), a.y = (__nv_bfloat16 *)(ws + L.y), a.barrier = be->block_barrier;
+    if (fm_routes_moe_block_barrier_count(r)) a.counts = be->block_counts, a.count_grids = be->block_count_grids;
     if (!fm_combine_row_takes(H, a.y, a.acc, a.norm, a.out)) return false;
     fm_cuda_moe_decode_block(&a, fm_routes_pdl(r), be->stream);
     return true;

@@ -37,6 +37,27 @@ static __device__ __forceinline__ void grid_barrier(unsigned *bar) {
     __syncthreads();
 }
 
+// The same meeting on a monotonic 64-bit count (route moe.block_barrier=count): thread 0 of each CTA adds one with
+// acquire-release semantics; the CTA whose add completes a whole grid goes on, the others poll with acquire loads
+// until the count reaches that multiple. No last arriver clears a count and releases a generation after its own
+// atom has returned, so the others leave an L2 round trip earlier. The count must be a multiple of the grid at every
+// launch's start: the word is its grid size's own (the launcher's table, fm_moe_block_args.counts), and every barrier
+// adds a whole grid. 64 bits: no wrap in practice.
+static __device__ __forceinline__ void grid_barrier_count(unsigned long long *cnt) {
+    __syncthreads(); /* the CTA's writes happen before thread 0's release below (cumulativity) */
+    if (threadIdx.x == 0) {
+        unsigned long long old, now;
+        asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(cnt) : "memory");
+        const unsigned long long n = gridDim.x, target = old - old % n + n;
+        if (old + 1 != target) {
+            do {
+                asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(cnt) : "memory");
+            } while (now < target);
+        }
+    }
+    __syncthreads();
+}
+
 // A row of K bf16 values (L2: from global memory through L2, written by another CTA of this grid; else a row in
 // shared memory) into e4m3 codes q [G 128] and scales qs [G] in shared memory, a warp a group, as
 // quantize_rows_kernel (and the small dispatch) quantize it. Ends with __syncthreads.
