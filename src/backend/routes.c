@@ -611,13 +611,14 @@ static const route_key route_keys[] = {
      FIELD(moe_block_barrier),
      "auto|generation|count",
      {{"generation", FM_ROUTE_BARRIER_GENERATION}, {"count", FM_ROUTE_BARRIER_COUNT}},
-     "generation",
+     "count",
      "the persistent MoE block's grid barrier: a generation word, or a monotonic count per grid size",
      "the persistent MoE block (`moe.persistent`) meets at three grid barriers a layer. `generation`: each CTA adds "
      "one to a count; the last to arrive, once its add has returned, clears the count and advances a generation word "
      "the others poll. `count`: a 64-bit count that only grows, one word per grid size; the CTA whose add completes "
      "a whole grid goes on at once, the others poll until the count reaches that multiple, so they leave an L2 round "
-     "trip earlier. The same results either way. `auto` is `generation` until `count` is measured on a GPU",
+     "trip earlier. The same results either way. `auto` is `count`: on an H200 fp8 decode at B = 1 -2.2 % (three "
+     "rounds in ABBA order; B = 8 and 64 do not run the block), docs/RESULTS.md 2.42",
      now_moe_block_barrier},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
@@ -892,7 +893,9 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
 /* auto: the generation barrier until the count is measured on a GPU */
-bool fm_routes_moe_block_barrier_count(const fm_routes *r) { return r->moe_block_barrier == FM_ROUTE_BARRIER_COUNT; }
+bool fm_routes_moe_block_barrier_count(const fm_routes *r) {
+    return r->moe_block_barrier != FM_ROUTE_BARRIER_GENERATION; /* auto: count */
+}
 
 /* auto: on (an H100: bench moe T = 8..64 -0.001 to -0.002 ms, decode B = 8 -1.1 %, docs/RESULTS.md 2.41) */
 #define MOE_PLAN_SLOTS_BY_DEFAULT true

@@ -130,7 +130,7 @@ typedef struct fm_routes {
     int32_t w4a8_early_codes;  /* w4a8.early_codes: fm_route_switch */
     int32_t paged_early_kv;    /* paged.early_kv: fm_route_switch */
     int32_t moe_plan_slots;    /* moe.plan_slots: fm_route_switch */
-    int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0) */
+    int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0, count) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */

@@ -562,23 +562,28 @@ static void test_moe_persistent(void **s) {
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 1, 8, 2, 4104, 72);
 }
 
-/* route moe.block_barrier=count: the persistent block on the counting barrier, the chain's bits (each call made
- * twice), grids of several sizes on one backend in turn (each on its own count word, the first shape again after the
- * others: its word must still be a whole number of its grids) */
-static void test_moe_block_barrier_count(void **s) {
+/* route moe.block_barrier: the persistent block on the counting barrier (the default), the chain's bits (each call
+ * made twice), grids of several sizes on one backend in turn (each on its own count word, the first shape again after
+ * the others: its word must still be a whole number of its grids); then on the generation barrier */
+static void test_moe_block_barriers(void **s) {
     (void)s;
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_backend *gk = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off"),
-               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on,moe.block_barrier=count");
-    const char *l = "moe.block_barrier=count";
+               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on,moe.block_barrier=count"),
+               *gg = gpu_with_route(&plan,
+                                    "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on,moe.block_barrier=generation");
+    const char *l = "moe.block_barrier=count", *lg = "moe.block_barrier=generation";
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 300, 4, 256, 64);
     persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
-    gk->ops->destroy(gk), gp->ops->destroy(gp);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    gk->ops->destroy(gk), gp->ops->destroy(gp), gg->ops->destroy(gg);
 }
 
 /* route router.cluster: the fused router as one thread-block cluster (logits met in distributed shared memory)
@@ -989,7 +994,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_router_dispatch_fused),
         cmocka_unit_test(test_router_cluster),
         cmocka_unit_test(test_moe_persistent),
-        cmocka_unit_test(test_moe_block_barrier_count),
+        cmocka_unit_test(test_moe_block_barriers),
         cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
         cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
         cmocka_unit_test(test_linear_add_rmsnorm_other_formats),

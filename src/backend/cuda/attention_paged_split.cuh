@@ -556,7 +556,10 @@ static __device__ __forceinline__ void apg_combine_head(const float *part, int l
     const int d = threadIdx.x;
     float pre[APG_COMBINE_PRE];
 #pragma unroll
-    for (int s = 0; s < APG_COMBINE_PRE; s++) pre[s] = d < hd && s < n ? __ldcg(po + (int64_t)s * hd + d) : 0.0f;
+    for (int s = 0; s < APG_COMBINE_PRE; s++) { /* n loads, not APG_COMBINE_PRE predicated ones (3 splits at B = 64) */
+        if (s >= n) break;
+        pre[s] = d < hd ? __ldcg(po + (int64_t)s * hd + d) : 0.0f;
+    }
     for (int s = threadIdx.x; s < n; s += blockDim.x) sm[s] = __ldcg(pm + s), sl[s] = __ldcg(pl + s);
     __syncthreads();
     if (d < hd) {
