@@ -547,8 +547,11 @@ static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int
 
 /* Qwen3-30B-A3B's block (E 128, k 8, H 2048, I 768: gate|up in 2 K slices, down in 1); the small odd shapes (E 8,
  * k 2, H 200, I 72; E 13, k 5, H 384, I 200: a last 128-group part zero); the Mixtral router (top-k of the logits);
- * rows of 4096 (the norm's two chunks a thread) over 16 K groups; E 300 (the router's 16 experts a lane); and where
- * the route does not apply: the shared expert in the bank, 2 tokens, rows of 4104 (above the norm's 4096) */
+ * rows of 4096 (the norm's two chunks a thread) over 16 K groups; E 300 (the router's 16 experts a lane: the warps'
+ * slices ranked first), E 1000 with k 32 (32 a lane, 256 candidates); the shared expert in the bank (E 9, k 3: top-2
+ * of 8 and its pair) and Qwen3-Next's routing (512 experts + the shared one, top-10 + 1; rows of 256 and 128, not its
+ * 2048 and 512: 6 GB of fp32 weights on the host); and where the
+ * route does not apply: 2 tokens, rows of 4104 (above the norm's 4096) */
 static void test_moe_persistent(void **s) {
     (void)s;
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
@@ -557,7 +560,9 @@ static void test_moe_persistent(void **s) {
     persistent_case(FM_ROUTER_TOPK_SOFTMAX, true, 1, 8, 2, 256, 72);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 4096, 128);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 300, 4, 256, 64);
-    persistent_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, false, 1, 9, 3, 256, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 1000, 32, 256, 64);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, true, 1, 9, 3, 256, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, true, 1, 513, 11, 256, 128);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 2, 8, 2, 200, 72);
     persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 1, 8, 2, 4104, 72);
 }

@@ -660,8 +660,7 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
                        fm_cuda_router_dispatch_takes(T, E, k, shared, rw->cols, rw->ld) && gate_up->n == E &&
                        fm_cuda_moe_w4a8_router_takes(be, gate_up, down, T, k, a_dispatch);
     /* route moe.persistent: the router and the experts of one token in one launch, where it applies */
-    if (!f32(bb) && norm && fm_routes_moe_persistent(&be->routes) && rw->fmt == FM_W_BF16 && gate_up->n == E &&
-        !shared) {
+    if (!f32(bb) && norm && fm_routes_moe_persistent(&be->routes) && rw->fmt == FM_W_BF16 && gate_up->n == E) {
         /* the formats are the kernel's to check (e4m3 1x128 both): other dispatches take the ops below */
         const fm_moe_router r = {
             (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};

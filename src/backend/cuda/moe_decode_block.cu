@@ -1,12 +1,13 @@
 // The decode MoE block for one token in one persistent launch (moe_decode_block.cuh). A grid of at most as many CTAs
-// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 25 KB of static shared memory; sized to the
+// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 27 KB of static shared memory; sized to the
 // largest phase: 192 for Qwen3-30B-A3B), phases meeting at grid barriers:
 //   0  every CTA stages x (bf16) and quantizes it to e4m3 per 128-group (quantize_group, the dispatch's arithmetic);
 //      CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh: its first
 //      round of 16-byte weight loads issued before the PDL wait)
 //   1  every CTA routes the token from the logits (L2): warp 0 makes the values the router's warp code compares,
-//      then each thread ranks its experts among all of them (rank j is round j's pick of the warp argmax); CTA 0
-//      writes ids and weights
+//      then each thread ranks its experts among all of them (rank j is round j's pick of the warp argmax; above 256
+//      candidates each warp ranks its slice first, then the warps' top k among themselves); CTA 0 writes ids and
+//      weights. A shared expert in the bank (Qwen3-Next under moe.shared=routed) is the last logit and the last pair
 //   2  gate|up: a "virtual CTA" is the decode GEMV's CTA for one routed expert, 8 / KS row blocks of 16 rows x KS
 //      slices of K (KS the GEMV's own: the same fp32 chains and slice sums); the CTAs walk the k x ceil(row blocks /
 //      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
@@ -49,6 +50,7 @@ typedef struct mdb_smem {
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
     __align__(16) float vals[32 * WARP_E_MAX]; // the values the top-k compares (route_warp_values)
+    float2 cand[MDB_WARPS * FM_ROUTE_MAX_K];   // above 256 candidates: each warp's top k (value, index's bits)
     float sel_v[FM_ROUTE_MAX_K];
     int32_t sel_id[FM_ROUTE_MAX_K];
     int32_t ids[FM_ROUTE_MAX_K];
@@ -61,6 +63,18 @@ typedef struct mdb_smem {
 #else
 #define MDB_STAMP(i) ((void)0)
 #endif
+
+// The rank of candidate ei (value ve) among the n values v[o0, o0 + n) (n a multiple of 4, 16-byte aligned): how
+// many come before it in the router's order (larger, or equal at a lower index)
+static __device__ __forceinline__ int32_t rank_in(const float *v, int32_t o0, int32_t n, float ve, int32_t ei) {
+    int32_t rank = 0;
+    for (int32_t o = o0; o < o0 + n; o += 4) {
+        const float4 q = *(const float4 *)&v[o];
+        rank += (q.x > ve || (q.x == ve && o < ei)) + (q.y > ve || (q.y == ve && o + 1 < ei)) +
+                (q.z > ve || (q.z == ve && o + 2 < ei)) + (q.w > ve || (q.w == ve && o + 3 < ei));
+    }
+    return rank;
+}
 
 // the phases' barrier: the generation barrier, or with cnt (route moe.block_barrier=count) the counting one
 static __device__ __forceinline__ void block_barrier(const fm_moe_block_args &p, unsigned long long *cnt) {
@@ -101,31 +115,52 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     MDB_STAMP(3);
 
     /* phase 1: every CTA routes the token from the logits (through L2): warp 0 makes the values route_warp_token
-       compares, then each thread ranks its experts among all (descending, ties to the lower index): rank j is what
-       the warp argmax picks in round j, so the experts, their order and weights are the router's */
+       compares, then the threads rank the candidates (descending, ties to the lower index): rank j is what the warp
+       argmax picks in round j, so the experts, their order and weights are the router's. With the shared expert in
+       the bank its logit is the last, no candidate, and its pair follows the picks (finish_route) */
+    const int32_t Ec = p.E - p.shared, kc = p.k - p.shared;
     if (warp == 0) {
         float v[WE];
-        route_warp_values<__nv_bfloat16, true, WE>(p.logits, p.E, p.softmax_topk, v);
+        route_warp_values<__nv_bfloat16, true, WE>(p.logits, Ec, p.softmax_topk, v);
 #pragma unroll
-        for (int i = 0; i < WE; i++) /* -inf past E, up to a multiple of 4: never ahead of an expert in the order */
-            if (lane + 32 * i < ((p.E + 3) & ~3)) sm.vals[lane + 32 * i] = lane + 32 * i < p.E ? v[i] : -INFINITY;
+        for (int i = 0; i < WE; i++) sm.vals[lane + 32 * i] = v[i]; /* -inf past Ec: never ahead of a candidate */
     }
     __syncthreads();
-    for (int32_t ei = threadIdx.x; ei < p.E; ei += MDB_THREADS) {
-        const float ve = sm.vals[ei];
-        int32_t rank = 0;
-        for (int32_t o = 0; o < p.E; o += 4) {
-            const float4 q = *(const float4 *)&sm.vals[o];
-            rank += (q.x > ve || (q.x == ve && o < ei)) + (q.y > ve || (q.y == ve && o + 1 < ei)) +
-                    (q.z > ve || (q.z == ve && o + 2 < ei)) + (q.w > ve || (q.w == ve && o + 3 < ei));
+    if (WE == 8) { /* up to 256 candidates: each thread ranks its experts among all of them */
+        for (int32_t ei = threadIdx.x; ei < Ec; ei += MDB_THREADS) {
+            const float ve = sm.vals[ei];
+            const int32_t rank = rank_in(sm.vals, 0, (Ec + 3) & ~3, ve, ei);
+            if (rank < kc) sm.sel_v[rank] = ve, sm.sel_id[rank] = ei;
         }
-        if (rank < p.k) sm.sel_v[rank] = ve, sm.sel_id[rank] = ei;
+    } else { /* more: each warp's top kc of its slice, then the 8 kc candidates ranked among themselves (any
+                expert ahead of one of the k picks is itself a pick, so a slice's picks are in its top kc) */
+        constexpr int S = 32 * WE / MDB_WARPS; /* a warp's slice */
+        for (int i = lane; i < S; i += 32) {
+            const int32_t ei = warp * S + i;
+            const float ve = sm.vals[ei];
+            const int32_t rank = rank_in(sm.vals, warp * S, S, ve, ei);
+            if (rank < kc) sm.cand[warp * kc + rank] = make_float2(ve, __int_as_float(ei));
+        }
+        __syncthreads();
+        const int32_t n = MDB_WARPS * kc; /* <= MDB_THREADS: kc <= 32 */
+        if ((int32_t)threadIdx.x < n) {
+            const float2 me = sm.cand[threadIdx.x];
+            const int32_t ei = __float_as_int(me.y);
+            int32_t rank = 0;
+            for (int32_t j = 0; j < n; j++) {
+                const float2 o = sm.cand[j];
+                rank += o.x > me.x || (o.x == me.x && __float_as_int(o.y) < ei);
+            }
+            if (rank < kc) sm.sel_v[rank] = me.x, sm.sel_id[rank] = ei;
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         float wsel[FM_ROUTE_MAX_K];
-        for (int32_t j = 0; j < p.k; j++) wsel[j] = sm.sel_v[j];
-        finish_route(wsel, sm.sel_id, 0, p.k, p.softmax_topk, p.norm_topk, -1, 0.0f, sm.ids, sm.w);
+        for (int32_t j = 0; j < kc; j++) wsel[j] = sm.sel_v[j];
+        const float shared_logit = p.shared ? act_load(__ldcg(p.logits + Ec)) : 0.0f;
+        finish_route(wsel, sm.sel_id, 0, kc, p.softmax_topk, p.norm_topk, p.shared ? Ec : -1, shared_logit, sm.ids,
+                     sm.w);
     }
     __syncthreads();
     MDB_STAMP(4);
@@ -200,8 +235,9 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
 
 extern "C" bool fm_cuda_moe_decode_block_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t I,
                                                int64_t router_ld) {
-    return T == 1 && !shared && E >= 1 && E <= 32 * WARP_E_MAX && k >= 1 && k <= E && k <= FM_ROUTE_MAX_K &&
-           H % 8 == 0 && H >= 8 && H <= MDB_MAX_H && I >= 8 && I % 8 == 0 && I <= MDB_MAX_I && router_ld % 8 == 0;
+    const int32_t Ec = E - shared, kc = k - shared; /* the candidates and their picks */
+    return T == 1 && Ec >= 1 && Ec <= 32 * WARP_E_MAX && kc >= 1 && kc <= Ec && k <= FM_ROUTE_MAX_K && H % 8 == 0 &&
+           H >= 8 && H <= MDB_MAX_H && I >= 8 && I % 8 == 0 && I <= MDB_MAX_I && router_ld % 8 == 0;
 }
 
 template <int WE, bool QOUT> static void launch_q(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
@@ -238,15 +274,16 @@ template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaS
 extern "C" void fm_cuda_moe_decode_block(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
     const bool slices_ok = (a->gu_slices == 1 || a->gu_slices == 2 || a->gu_slices == 4 || a->gu_slices == 8) &&
                            (a->down_slices == 1 || a->down_slices == 2 || a->down_slices == 4 || a->down_slices == 8);
-    if (!fm_cuda_moe_decode_block_takes(1, a->E, a->k, false, a->H, a->I, a->router_ld) || !slices_ok ||
+    if (!fm_cuda_moe_decode_block_takes(1, a->E, a->k, a->shared, a->H, a->I, a->router_ld) || !slices_ok ||
         a->gu_groups != fm_ceil_div(a->H, 128) || a->down_groups != fm_ceil_div(a->I, 128) ||
         a->gu_rows_pad < 2 * a->I || a->down_rows_pad < a->H ||
         !fm_combine_row_takes(a->H, a->y, a->acc, a->norm, a->out)) {
-        fprintf(stderr, "fp8moe: moe_decode_block: unsupported shape (E %d, k %d, H %lld, I %lld, slices %d / %d)\n",
-                a->E, a->k, (long long)a->H, (long long)a->I, a->gu_slices, a->down_slices);
+        fprintf(stderr, "fp8moe: moe_decode_block: unsupported shape (E %d, k %d%s, H %lld, I %lld, slices %d / %d)\n",
+                a->E, a->k, a->shared ? " with the shared expert" : "", (long long)a->H, (long long)a->I, a->gu_slices,
+                a->down_slices);
         abort(); /* the caller asks fm_cuda_moe_decode_block_takes */
     }
-    const int we = warp_experts(a->E, false); /* the router kernels' variant for E (router_device.cuh) */
+    const int we = warp_experts(a->E, a->shared); /* the router kernels' variant for E (router_device.cuh) */
     if (we == 8) launch<8>(a, pdl, s);
     else if (we == 16) launch<16>(a, pdl, s);
     else launch<32>(a, pdl, s);

@@ -13,8 +13,8 @@
 typedef struct fm_moe_block_args {
     const __nv_bfloat16 *router_w; // bf16 [E][router_ld], H columns
     int64_t router_ld;
-    int32_t E, k;
-    bool softmax_topk, norm_topk;         // as fm_cuda_router_fused takes them (no shared expert)
+    int32_t E, k;                         // with the shared expert in the bank (shared): E and k count it
+    bool softmax_topk, norm_topk, shared; // as fm_cuda_router_fused takes them
     const uint8_t *gu_codes, *down_codes; // the banks' codes
     const __nv_bfloat16 *gu_scales, *down_scales;
     int64_t gu_rows_pad, down_rows_pad; // padded rows of one matrix
@@ -42,8 +42,9 @@ typedef struct fm_moe_block_args {
 #define FM_MOE_BLOCK_BARRIER_WORDS 2
 #define FM_MOE_BLOCK_COUNTS 16
 
-// The shapes the kernel takes: one token, E <= 1024 experts, 1 <= k <= min(E, 32), H a multiple of 8 up to 4096 (the
-// norm's row), I up to 4096, both banks int4-tc with gate_up interleaved.
+// The shapes the kernel takes: one token, E <= 1024 candidate experts, 1 <= k <= min(E, 32) picks of them (with a
+// shared expert in the bank, shared: E and k count it too, its pair the last: E - 1 candidates, k - 1 picks, k <= 32),
+// H a multiple of 8 up to 4096 (the norm's row), I up to 4096, both banks int4-tc with gate_up interleaved.
 extern "C" bool fm_cuda_moe_decode_block_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t I,
                                                int64_t router_ld);
 // Exactly fm_cuda_router_fused, then the decode GEMVs' chain (moe_w4a8.cu) with the fused MoE tail: the same logits,

@@ -142,11 +142,11 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
                             fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
     const int64_t E = gate_up->n, H = down->rows, I = down->cols, P = T * k;
-    if (!be->block_barrier || !tail || !tail->norm || router->shared || gate_up->fmt != FM_W_INT4_G128_TC ||
+    if (!be->block_barrier || !tail || !tail->norm || gate_up->fmt != FM_W_INT4_G128_TC ||
         down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved || gate_up->fold || down->fold || gate_up->slot_of ||
         down->slot_of || a_dispatch != FM_A_E4M3_G128 || a_down != FM_A_E4M3_G128 || gate_up->rows != 2 * I ||
         gate_up->cols != H || down->n != E ||
-        !fm_cuda_moe_decode_block_takes(T, (int32_t)E, k, false, H, I, router->ld))
+        !fm_cuda_moe_decode_block_takes(T, (int32_t)E, k, router->shared, H, I, router->ld))
         return false;
     const fm_routes *r = &be->routes;
     /* the chain it equals is the decode GEMVs' (moe.gemv): where the experts take the grouped GEMM, so does this op */
@@ -162,7 +162,7 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
     fm_moe_block_args a;
     memset(&a, 0, sizeof a);
     a.router_w = router->w, a.router_ld = router->ld, a.E = (int32_t)E, a.k = k;
-    a.softmax_topk = router->softmax_topk, a.norm_topk = router->norm_topk;
+    a.softmax_topk = router->softmax_topk, a.norm_topk = router->norm_topk, a.shared = router->shared;
     a.gu_codes = (const uint8_t *)gate_up->w, a.down_codes = (const uint8_t *)down->w;
     a.gu_scales = gate_up->scales, a.down_scales = down->scales;
     a.gu_rows_pad = gate_up->rows_pad, a.down_rows_pad = down->rows_pad;

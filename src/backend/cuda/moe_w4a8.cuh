@@ -33,10 +33,10 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
                                    fm_afmt a_dispatch);
 // The router and the experts of one token in one persistent launch (route moe.persistent,
 // moe_decode_block.cuh): the router op and then the moe_add_rmsnorm op (tail not NULL), bit for bit those of the
-// fused router and the decode GEMVs. False, with nothing launched, where it does not apply (T != 1, no tail, a shared
-// expert, banks other than int4-tc, an expert cache, rows other than e4m3 1x128, experts not on the decode GEMVs
-// (moe.gemv), shapes fm_cuda_moe_decode_block_takes refuses). tail->out_q, out_qs: NULL, or out quantized for the next
-// dense linear as well (fm_qrows' codes and scales, one row).
+// fused router and the decode GEMVs (a shared expert in the bank too: its pair the last). False, with nothing launched,
+// where it does not apply (T != 1, no tail, banks other than int4-tc, an expert cache, rows other than e4m3 1x128,
+// experts not on the decode GEMVs (moe.gemv), shapes fm_cuda_moe_decode_block_takes refuses). tail->out_q, out_qs:
+// NULL, or out quantized for the next dense linear as well (fm_qrows' codes and scales, one row).
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
                             fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out);
