@@ -494,19 +494,23 @@ static void the_printer_shows_every_key(void **s) {
     free(text);
 }
 
-/* moe.shared: separate by default (auto) until the routed form is measured on a GPU; each word picks its form */
+/* moe.shared: routed by default (auto) from sm_90, separate below and on the cpu (sm 0); each word picks its form */
 static void moe_shared_words(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
-    fm_routes_default(&r, 9);
+    fm_routes_default(&r, 0);
     assert_false(fm_routes_moe_shared_routed(&r));
+    fm_routes_default(&r, 8);
+    assert_false(fm_routes_moe_shared_routed(&r));
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_moe_shared_routed(&r));
     assert_int_equal(fm_routes_apply(&r, "moe.shared=routed", &err), FM_OK);
     assert_true(fm_routes_moe_shared_routed(&r));
     assert_int_equal(fm_routes_apply(&r, "moe.shared=separate", &err), FM_OK);
     assert_false(fm_routes_moe_shared_routed(&r));
     assert_int_equal(fm_routes_apply(&r, "moe.shared=auto", &err), FM_OK);
-    assert_false(fm_routes_moe_shared_routed(&r));
+    assert_true(fm_routes_moe_shared_routed(&r));
     assert_int_equal(fm_routes_apply(&r, "moe.shared=on", &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "moe.shared"));
 }

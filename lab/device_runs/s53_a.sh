@@ -5,16 +5,18 @@
 # binary: `PATCH=lab/combine_n_preloads.patch OUT=.carry/gpu-s52e.tar.xz tools/gpu-pack-ab.sh fp8moe-bench
 # tests/gpu/test_cuda_ops_fused tests/gpu/test_cuda_ops` at 2395d59, run with moe.plan_slots=off (7392b14 has the
 # slot kernel). fp8 decode B = 1, 8, 64 in the orders A B C, C B A, A B C; then test_paged_attention on the patched
-# merge, test_moe_block_barrier_count and test_moe_persistent. Carry .carry/env.sh, .carry/debs,
-# .carry/gpu-s52b.tar.xz, .carry/gpu-s52e.tar.xz.
+# merge, test_moe_block_barrier_count and test_moe_persistent. The forty-eighth session packed both in one archive
+# (its checkout had no .carry): `BASE=7392b14 PATCH=lab/combine_n_preloads.patch OUT=.carry/gpu-s53.tar.xz
+# tools/gpu-pack-ab.sh fp8moe-bench tests/gpu/test_cuda_ops_fused tests/gpu/test_cuda_ops` at 0fc8c2d.
+# Carry .carry/env.sh, .carry/debs, .carry/gpu-s53.tar.xz.
 set -u
 LIMIT=${LIMIT:-220}
 source .carry/env.sh
-mkdir -p s53 s56 && tar -xJf .carry/gpu-s52b.tar.xz -C s53 && tar -xJf .carry/gpu-s52e.tar.xz -C s56 || exit 1
+mkdir -p s53 && tar -xJf .carry/gpu-s53.tar.xz -C s53 || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
 left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
-B=s53/build/new; N=s56/build/new
+B=s53/build; N=s53/build/new
 R=w4a8.gemv_max_m=16,w4a8.splits=fill
 D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32 --batch 1,8,64)
 row() { grep -E '^\| fp8 \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \|' $1 | awk -F'|' '{printf "B=%s %s ", $3, $4}'; }

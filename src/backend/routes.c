@@ -390,7 +390,7 @@ static const route_key route_keys[] = {
      FIELD(moe_shared),
      "auto|routed|separate",
      {{"routed", FM_ROUTE_SHARED_ROUTED}, {"separate", FM_ROUTE_SHARED_SEPARATE}},
-     "separate",
+     "routed from sm_90",
      "the shared expert (Qwen3-Next) as one more expert in the routed experts' launches, or its own",
      "Qwen3-Next's shared expert as one more expert of each MoE layer's bank (index E, routed to by every token with "
      "the weight sigmoid(shared_expert_gate x): the gate's row appended to the router's, top-k + 1 pairs), so the "
@@ -398,7 +398,10 @@ static const route_key route_keys[] = {
      "gate|up, SwiGLU, down and gate launches go. Only where its width equals the experts' and the plan quantizes "
      "the dense projections as the experts (not `--dense w8a8`, not an FP4 dispatch), from float weights, on one rank "
      "(elsewhere it stays separate even when `routed` is asked for: `--verbose` says which form each load takes and "
-     "why). `auto` is `separate` until it is measured on a GPU",
+     "why). At one token the persistent MoE block (`moe.persistent`) then takes the whole layer's MoE, the shared "
+     "expert included, in one launch. `auto` is `routed` from sm_90 (an H200: Qwen3-Next fp8 decode at B = 1 -9.3 %, "
+     "1,073 -> 491 kernels a step, B = 64 level; docs/RESULTS.md 2.42), `separate` below and on the cpu backend "
+     "(its reference form; sm_89 not measured)",
      now_moe_shared},
     {"paged.combine",
      FIELD(paged_combine),
@@ -977,11 +980,10 @@ bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_R
 
 bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
-/* auto: separate until the routed form is measured on a GPU (compiled and tested against the CPU only) */
-#define SHARED_ROUTED_BY_DEFAULT false
+/* auto: routed from sm_90, where it was measured with the persistent MoE block taking it (an H200: Qwen3-Next fp8
+   B = 1 -9.3 %, B = 64 level, docs/RESULTS.md 2.42); separate elsewhere (the cpu backend's reference form) */
 bool fm_routes_moe_shared_routed(const fm_routes *r) {
-    return r->moe_shared == FM_ROUTE_SHARED_ROUTED ||
-           (r->moe_shared == FM_ROUTE_SHARED_AUTO && SHARED_ROUTED_BY_DEFAULT);
+    return r->moe_shared == FM_ROUTE_SHARED_ROUTED || (r->moe_shared == FM_ROUTE_SHARED_AUTO && r->sm_major >= 9);
 }
 
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T) { return T >= 1 && r->shared_stream != FM_ROUTE_OFF; }
