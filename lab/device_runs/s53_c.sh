@@ -28,11 +28,13 @@ nxt() { # old|new ROUND
     --steps 32 --batch 1,64 --route $R > $f 2>&1
   echo "== qwen3-next $1 round $2 rc $? $SECONDS s: $(row $f)"
 }
+if [ "${DEC:-1}" = 1 ]; then # DEC=0: the test suite alone
 dec old 1; dec new 1; dec new 2; dec old 2
 nxt old 1; nxt new 1; nxt new 2; nxt old 2
 timeout 60 $N/fp8moe-bench decode --synthetic qwen3-next-80b-a3b --context 2048 --presets fp8 --backend cuda \
   --steps 16 --batch 1 --route $R --per-op > $L/next_perop.log 2>&1
 echo "== qwen3-next per op rc $? $SECONDS s"
+fi
 T=$N; export T L
 s=$SECONDS; timeout 60 $T/test_cuda_memory > $L/memory.log 2>&1; echo "== memory rc $? $((SECONDS-s)) s"
 : > /tmp/jobs
@@ -44,7 +46,7 @@ done
 job() { IFS='|' read -r n lim th cmd <<< "$1"; local s=$SECONDS
   OMP_NUM_THREADS=$th timeout $lim $cmd > $L/$n.log 2>&1; echo "$n rc $? $((SECONDS-s)) s"; }
 export -f job
-timeout 345 xargs -d '\n' -P 10 -I{} bash -c 'job "$@"' _ {} < /tmp/jobs > $L/summary.txt 2>&1
+timeout ${SUITE_S:-345} xargs -d '\n' -P 10 -I{} bash -c 'job "$@"' _ {} < /tmp/jobs > $L/summary.txt 2>&1
 echo "== suite $SECONDS s: $(grep -c 'rc 0 ' $L/summary.txt) passed of $(wc -l < /tmp/jobs)"
 grep -v 'rc 0 ' $L/summary.txt
 grep -hE "^\[  FAILED|ERROR SUMMARY: [1-9]" $L/*.log | head -20
