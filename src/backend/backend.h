@@ -176,6 +176,13 @@ typedef struct fm_graph_nodes {
     int64_t kernels, copies, other;
 } fm_graph_nodes;
 
+/* router_moe's first step (route moe.block_norm): the residual add and the norm that make its input */
+typedef struct fm_pre_norm {
+    const void *y;       /* the rows added to the residual (the attention's output) */
+    const fm_bank *norm; /* the norm's weights */
+    float eps;
+} fm_pre_norm;
+
 typedef struct fm_backend_ops {
     const char *name;
     size_t act_size; /* bytes per activation element */
@@ -380,12 +387,14 @@ typedef struct fm_backend_ops {
      * the rows): exactly router(rw, x, T, k, kind, norm_topk, logits, ids, weights), then moe(gate_up, down, x, T,
      * ids, weights, k, a_dispatch, a_down, y) or, with norm (not NULL), moe_add_rmsnorm(gate_up, down, x, T, ids,
      * weights, k, a_dispatch, a_down, y, acc, norm, eps, out, out_q). Routing ids are the experts' bank indices (no
-     * expert cache's slots, no expert parallelism). out_q: as moe_add_rmsnorm's, with norm only. NULL where a backend
-     * has none: the caller runs the ops in order. */
-    void (*router_moe)(fm_backend *be, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
+     * expert cache's slots, no expert parallelism). out_q: as moe_add_rmsnorm's, with norm only. pre (NULL: none;
+     * with norm only): first add_rmsnorm(acc, pre->y, pre->norm, T, H, pre->eps, x), x then the normed rows (route
+     * moe.block_norm: the persistent block makes them itself; pre->y is not y). NULL where a backend has none: the
+     * caller runs the ops in order. */
+    void (*router_moe)(fm_backend *be, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, void *x,
                        int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
                        void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
-                       float eps, void *out, void *out_q);
+                       float eps, void *out, void *out_q, const fm_pre_norm *pre);
     /* linear(w, idx, x, M, afmt, y) where xq holds x's M rows quantized by the op that wrote x (fm_qrows, afmt
      * FM_A_E4M3_G128): the backend reads the rows from xq where its kernel takes them, else x. NULL where a backend
      * never writes such rows (its moe_add_rmsnorm and router_moe ignore out_q). */

@@ -124,6 +124,9 @@ static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
 static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_paged_early_kv(r)));
 }
+static void now_moe_block_norm(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_block_norm(r) ? "in the block" : "add_rmsnorm before it");
+}
 static void now_moe_block_barrier(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_block_barrier_count(r) ? "count" : "generation");
 }
@@ -626,6 +629,15 @@ static const route_key route_keys[] = {
      "trip earlier. The same results either way. `auto` is `count`: on an H200 fp8 decode at B = 1 -2.2 % (three "
      "rounds in ABBA order; B = 8 and 64 do not run the block), docs/RESULTS.md 2.42",
      now_moe_block_barrier},
+    {"moe.block_norm", FIELD(moe_block_norm), "auto|on|off", SWITCH_WORDS, "off",
+     "the residual add and RMSNorm before a one-token MoE block inside the persistent block",
+     "at B = 1 the attention's output reaches the persistent MoE block (`moe.persistent`) through an add_rmsnorm "
+     "launch (the residual add and the post-attention norm). `on`: every CTA of the block adds and normalises the row "
+     "itself from the residual and the attention's output (the add_rmsnorm kernel's arithmetic, the same bits), CTA "
+     "0 writing the normed row and, once every CTA has read the residual, its sum: one launch and one dependent "
+     "round trip fewer a layer. Where the block does not run, add_rmsnorm runs before the MoE as before. `auto` is "
+     "`off` until measured on a GPU; the cpu backend has one reference (add_rmsnorm, then the MoE)",
+     now_moe_block_norm},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -896,9 +908,12 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
     return r->moe_persistent == FM_ROUTE_ON || (r->moe_persistent == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
 
+/* auto: off until measured on a GPU */
+bool fm_routes_moe_block_norm(const fm_routes *r) { return r->moe_block_norm == FM_ROUTE_ON; }
+
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
-/* auto: the generation barrier until the count is measured on a GPU */
+/* auto: the counting barrier (an H200: fp8 B = 1 -2.2 %, docs/RESULTS.md 2.42) */
 bool fm_routes_moe_block_barrier_count(const fm_routes *r) {
     return r->moe_block_barrier != FM_ROUTE_BARRIER_GENERATION; /* auto: count */
 }

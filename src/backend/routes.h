@@ -131,6 +131,7 @@ typedef struct fm_routes {
     int32_t paged_early_kv;    /* paged.early_kv: fm_route_switch */
     int32_t moe_plan_slots;    /* moe.plan_slots: fm_route_switch */
     int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0, count) */
+    int32_t moe_block_norm;    /* moe.block_norm: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -292,10 +293,13 @@ bool fm_routes_moe_plan_slots(const fm_routes *r);
 /* The persistent MoE block's grid barrier (moe.persistent) on a monotonic count per grid size, where each CTA's add
  * completes or awaits a whole grid (persistent_block.cuh: grid_barrier_count), rather than the generation barrier
  * whose last arriver clears the count and releases the others after its add has returned. The same results. `auto`
- * is the generation barrier until measured on a GPU (route moe.block_barrier). */
+ * is the counting barrier (route moe.block_barrier: measured on an H200). */
 #define FM_ROUTE_BARRIER_GENERATION 1
 #define FM_ROUTE_BARRIER_COUNT 2
 bool fm_routes_moe_block_barrier_count(const fm_routes *r);
+/* The residual add and the RMSNorm before a one-token MoE block inside the persistent block (route moe.block_norm:
+ * router_moe's pre step; off until measured on a GPU) */
+bool fm_routes_moe_block_norm(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
  * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,

@@ -589,21 +589,31 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
         else if (attention_block(ctx, L, T, attn, n_attn, tm)) n_attn++, block = true;
         else block = attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, rows_in, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
+        /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
+        const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
+                               ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, T);
+        /* route moe.dispatch=fused: the router and the experts in one op (its launch dispatches the rows); route
+           moe.persistent at T = 1: the whole block in one launch where the backend takes it; the bank's own ids
+           only (no expert parallelism, no experts in host memory) */
+        const bool router_moe =
+            L->is_moe && ops->router_moe && !ctx->ep_comm && !ctx->experts &&
+            (fm_routes_moe_dispatch_fused(&m->routes) || (T == 1 && fuse_tail && fm_routes_moe_persistent(&m->routes)));
+        /* route moe.block_norm: at one token the residual add and the norm below are router_moe's first step (the
+           persistent block makes its own input) */
+        const bool pre_norm =
+            !block && !fused_o && router_moe && T == 1 && fuse_tail && fm_routes_moe_block_norm(&m->routes);
         if (block) {
             /* the block ended with the residual add and the norm */
         } else if (fused_o)
             ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
-        else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        else if (!pre_norm) ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
-        if (!block)
+        if (!block && !pre_norm)
             op_mark(tm, FM_STAGE_OTHER, fused_o ? "o_proj+add_norm" : "add_norm",
                     fused_o ? fm_op_bytes_linear(m, L->o, T, (int64_t)m->tp_nh * c->head_dim, 0) +
                                   fm_op_bytes_act(m, T, H, 1, 2)
                             : add_norm_bytes);
         if (tm) tm->kind = L->is_moe ? "moe" : "dense";
-        /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
-        const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
-                               ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, T);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
@@ -612,21 +622,16 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
                 shared_expert(ctx, L, T);
                 if (ops->side_end) ops->side_end(be);
             }
-            /* route moe.dispatch=fused: the router and the experts in one op (its launch dispatches the rows); route
-               moe.persistent at T = 1: the whole block in one launch where the backend takes it; the bank's own ids
-               only (no expert parallelism, no experts in host memory) */
-            const bool router_moe = ops->router_moe && !ctx->ep_comm && !ctx->experts &&
-                                    (fm_routes_moe_dispatch_fused(&m->routes) ||
-                                     (T == 1 && fuse_tail && fm_routes_moe_persistent(&m->routes)));
             /* route dense.quant=producer: the block's end (router_moe's or moe_add_rmsnorm's) also quantizes the next
                layer's normed rows for its q|k|v projection (an attention layer's, read by linear_rows) */
             h_rows = fuse_tail && ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
                      p->a_dense == FM_A_E4M3_G128 && !fm_layer_kind_is_gdn(m->layers[l + 1].kind);
+            const fm_pre_norm pre = {b.y, L->ffn_norm, c->rms_norm_eps}; /* moe.block_norm's add + norm */
             if (router_moe)
                 ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
                                 c->norm_topk_prob, b.rlogits, b.eids, b.ew, p->a_dispatch, p->a_expert, b.y,
                                 fuse_tail ? b.x : NULL, fuse_tail ? m->layers[l + 1].attn_norm : NULL, c->rms_norm_eps,
-                                b.h, h_rows ? b.hq : NULL);
+                                b.h, h_rows ? b.hq : NULL, pre_norm ? &pre : NULL);
             else
                 ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits,
                             b.eids, b.ew);
@@ -658,12 +663,14 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
                     ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
                              p->a_expert, b.y);
             }
-            const char *experts = router_moe  ? (fuse_tail ? "router+experts+add_norm" : "router+experts")
-                                  : fuse_tail ? "experts+add_norm"
-                                              : "experts";
+            const char *experts = pre_norm     ? "add_norm+router+experts+add_norm"
+                                  : router_moe ? (fuse_tail ? "router+experts+add_norm" : "router+experts")
+                                  : fuse_tail  ? "experts+add_norm"
+                                               : "experts";
             const double experts_bytes =
                 fm_op_bytes_experts(m, l, T) + (fuse_tail ? fm_op_bytes_act(m, T, H, 1, 2) : 0) +
-                (router_moe ? route_bytes + (beside ? fm_op_bytes_shared_expert(m, l, T) : 0) : 0);
+                (router_moe ? route_bytes + (beside ? fm_op_bytes_shared_expert(m, l, T) : 0) : 0) +
+                (pre_norm ? add_norm_bytes : 0);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
                 op_split(tm, FM_STAGE_EXPERTS, experts, experts_bytes);
                 if (!beside) {

@@ -330,6 +330,11 @@ typedef struct routed_call {
     fm_router_kind kind;
     bool one_op, tail;
     void *hq; /* NULL, or router_moe's out_q (one_op with the tail) */
+    /* NULL, or (route moe.block_norm) the rows added to acc before the norm with pnb that makes h: router_moe's pre
+       step, or the add_rmsnorm op before the chain */
+    void *py;
+    const fm_bank *pnb;
+    int64_t H;
 } routed_call;
 
 static fm_status routed_body(void *ctx, fm_error *err) {
@@ -338,11 +343,13 @@ static fm_status routed_body(void *ctx, fm_error *err) {
     fm_backend *be = c->be;
     const fm_backend_ops *o = be->ops;
     const fm_afmt ad = be->plan.a_dispatch, ae = be->plan.a_expert;
+    const fm_pre_norm pre = {c->py, c->pnb, 1e-5f};
     if (c->one_op) {
         o->router_moe(be, c->rb, c->gub, c->db, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w, ad, ae, c->y,
-                      c->tail ? c->acc : NULL, c->tail ? c->nb : NULL, 1e-6f, c->h, c->hq);
+                      c->tail ? c->acc : NULL, c->tail ? c->nb : NULL, 1e-6f, c->h, c->hq, c->py ? &pre : NULL);
         return FM_OK;
     }
+    if (c->py) o->add_rmsnorm(be, c->acc, c->py, c->pnb, c->T, c->H, pre.eps, c->h);
     o->router(be, c->rb, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w);
     if (c->tail)
         o->moe_add_rmsnorm(be, c->gub, c->db, c->h, c->T, c->ids, c->w, c->k, ad, ae, c->y, c->acc, c->nb, 1e-6f, c->h,
@@ -368,10 +375,21 @@ static void free_routed(routed_out *r) {
  * times on the same inputs) or the router op, then moe or (tail) moe_add_rmsnorm with x's buffer taking the norm;
  * then the same call captured in a graph, its kernel nodes counted */
 static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw, fm_router_kind kind, bool one_op,
-                             bool tail, bool quant, int calls) {
+                             bool tail, bool quant, int calls, bool pre) {
     const int64_t T = b->T, H = b->H, P = T * b->k;
-    routed_call c = {be, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, T, b->k, kind, one_op, tail, NULL};
+    routed_call c = {be,   NULL, NULL, NULL, NULL,   NULL, NULL, NULL, NULL, NULL,
+                     NULL, T,    b->k, kind, one_op, tail, NULL, NULL, NULL, H};
     if (quant) c.hq = be->ops->alloc(be, fm_qrows_bytes(T, H));
+    fm_bank *pnb = NULL;
+    void *py_base = NULL;
+    if (pre) { /* the attention's rows (x's values) and a norm of their own; h then made by the pre step */
+        float *pn = malloc((size_t)H * sizeof *pn);
+        for (int64_t i = 0; i < H; i++) pn[i] = 0.5f + 0.25f * (float)((i * 7) % 5);
+        pnb = gpu_bank(be, pn, 1, 1, H, be->plan.w_other, false);
+        free(pn);
+        c.py = gpu_guarded(be, T * H, &py_base), c.pnb = pnb;
+        be->ops->upload_f32(be, b->x, T * H, c.py);
+    }
     fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, FM_W_INT4_G128_TC, true);
     fm_bank *db = gpu_bank(be, b->dn, b->E, H, b->I, FM_W_INT4_G128_TC, false);
     fm_bank *rb = gpu_bank(be, rw, 1, b->E, H, be->plan.w_other, false);
@@ -386,7 +404,7 @@ static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw,
     memset(&r, 0, sizeof r);
     for (int i = 0; i < calls; i++) { /* the same inputs each time: the rows and the residual uploaded again */
         be->ops->upload_f32(be, b->resid, T * H, c.acc);
-        be->ops->upload_f32(be, b->x, T * H, c.h);
+        be->ops->upload_f32(be, pre ? b->resid : b->x, T * H, c.h); /* pre: h's values are never read */
         routed_body(&c, NULL);
     }
     /* the call captured (recorded, not run) while its buffers live; gpu_fetch below frees the buffers it reads */
@@ -415,6 +433,7 @@ static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw,
     }
     be->ops->free(be, c.ids);
     be->ops->bank_free(be, gub), be->ops->bank_free(be, db), be->ops->bank_free(be, rb), be->ops->bank_free(be, nb);
+    if (pre) be->ops->free(be, py_base), be->ops->bank_free(be, pnb);
     return r;
 }
 
@@ -457,8 +476,8 @@ static void router_dispatch_case(fm_dispatch dispatch, const char *route, fm_rou
              fm_afmt_name(plan.a_dispatch), (int)kind, (long long)T, E, k, (long long)H, (long long)I, route);
     for (int tail = 0; tail < 2; tail++) {
         /* with the tail, out_q asked for too: the kernel ending the block quantizes the rows, no launch of its own */
-        routed_out f = run_routed(gf, &b, rw, kind, true, tail, tail, 2),
-                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1);
+        routed_out f = run_routed(gf, &b, rw, kind, true, tail, tail, 2, false),
+                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1, false);
         expect_same_routed(&f, &c, &b, tail, what);
         if (tail) expect_qrows(f.q, f.rows, T, H, what);
         if (f.kernels != c.kernels - (fused_launch ? 1 : 0))
@@ -508,20 +527,24 @@ static void test_router_dispatch_fused(void **s) {
  * the router op then moe_add_rmsnorm (moe.dispatch=kernel, the decode GEMVs): the routing (ids, weights, logits), the
  * residual and the normed rows bit for bit, each persistent call made twice (its grid barrier left zero for the
  * next), one kernel in a captured graph where the route applies (persistent); without the tail, or where the route
- * does not apply, the chain's own launches (the chain itself is held against the CPU above). */
+ * does not apply, the chain's own launches (the chain itself is held against the CPU above). pre: also with
+ * router_moe's pre step (route moe.block_norm: the residual add and the norm that make x, in the block) against
+ * add_rmsnorm before the chain. */
 static void persistent_check(fm_backend *gk, fm_backend *gp, const char *label, fm_router_kind kind, bool persistent,
-                             int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+                             bool pre, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     block_in b = make_block(T, E, k, H, I);
     float *rw = rand_array(E * H, 0.05f);
     char what[240];
     snprintf(what, sizeof what, "%s kind %d T=%lld E=%d k=%d H=%lld I=%lld", label, (int)kind, (long long)T, E, k,
              (long long)H, (long long)I);
-    for (int tail = 0; tail < 2; tail++) {
-        routed_out f = run_routed(gp, &b, rw, kind, true, tail, tail, 2),
-                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1);
+    for (int run = 0; run < 2 + pre; run++) { /* no tail, the tail, (pre) the tail after the add + norm */
+        const bool tail = run > 0, with_pre = run == 2;
+        routed_out f = run_routed(gp, &b, rw, kind, true, tail, tail, 2, with_pre),
+                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1, with_pre);
         expect_same_routed(&f, &c, &b, tail, what);
         /* with the tail, out_q asked for: in the persistent launch, else by the combine + norm kernel that ends the
-           chain; rows it does not take (above 4096 or not a multiple of 8) end in two launches and the quantizer's */
+           chain; rows it does not take (above 4096 or not a multiple of 8) end in two launches and the quantizer's.
+           The pre step: in the persistent launch, else the add_rmsnorm launch of the chain (c's too) */
         const bool in_combine = H % 8 == 0 && H <= 4096;
         const int64_t want = tail && persistent ? 1 : c.kernels + (tail && !in_combine);
         if (f.kernels != want)
@@ -541,7 +564,7 @@ static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_backend *gk = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off"),
                *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on");
-    persistent_check(gk, gp, "moe.persistent", kind, persistent, T, E, k, H, I);
+    persistent_check(gk, gp, "moe.persistent", kind, persistent, true, T, E, k, H, I);
     gk->ops->destroy(gk), gp->ops->destroy(gp);
 }
 
@@ -579,15 +602,15 @@ static void test_moe_block_barriers(void **s) {
                *gg = gpu_with_route(&plan,
                                     "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on,moe.block_barrier=generation");
     const char *l = "moe.block_barrier=count", *lg = "moe.block_barrier=generation";
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 300, 4, 256, 64);
-    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
-    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
-    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
-    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 8, 2, 200, 72);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 13, 5, 384, 200);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 300, 4, 256, 64);
+    persistent_check(gk, gp, l, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 8, 2, 200, 72);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 128, 8, 2048, 768);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 13, 5, 384, 200);
+    persistent_check(gk, gg, lg, FM_ROUTER_SOFTMAX_TOPK, true, false, 1, 128, 8, 2048, 768);
     gk->ops->destroy(gk), gp->ops->destroy(gp), gg->ops->destroy(gg);
 }
 
@@ -614,8 +637,8 @@ static void router_cluster_case(fm_router_kind kind, int64_t T, int32_t E, int32
     fm_backend *gk = gpu_with_route(&plan, base);
     block_in b = make_block(T, E, k, H, I);
     float *rw = rand_array(E * H, 0.05f);
-    routed_out c = run_routed(gc, &b, rw, kind, false, false, false, 2),
-               d = run_routed(gk, &b, rw, kind, false, false, false, 1);
+    routed_out c = run_routed(gc, &b, rw, kind, false, false, false, 2, false),
+               d = run_routed(gk, &b, rw, kind, false, false, false, 1, false);
     expect_same_routed(&c, &d, &b, false, what);
     if (c.kernels != d.kernels)
         fail_msg("%s: %lld kernel launches, the default kernel's chain %lld", what, (long long)c.kernels,

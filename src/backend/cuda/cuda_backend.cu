@@ -643,10 +643,10 @@ static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_
 
 /* route moe.dispatch=fused: the fused router's launch also dispatches the rows of the W4A8 experts' decode GEMVs
    (e4m3 rows, bf16 router); elsewhere the router op, then the moe op (or moe_add_rmsnorm with a norm) */
-static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
+static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, void *x,
                           int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
                           void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
-                          float eps, void *out, void *out_q) {
+                          float eps, void *out, void *out_q, const fm_pre_norm *pre) {
     cuda_backend *be = cuda_be(bb);
     const int32_t E = (int32_t)rw->rows;
     /* out_q: the kernel that ends the block (the persistent block's tail, the combine + norm) quantizes out */
@@ -665,9 +665,19 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
         const fm_moe_router r = {
             (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};
         const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y, q8, qs};
+        /* route moe.block_norm: the add + norm that make x, in the block */
+        const fm_moe_pre bpre = {pre ? (const bf16 *)pre->y : NULL, pre ? bank_bf16(pre->norm, 0) : NULL,
+                                 pre ? pre->eps : 0.0f, (bf16 *)x};
         if (fm_cuda_moe_w4a8_block(be, &r, gate_up, down, (const bf16 *)x, T, k, (int32_t *)ids, (bf16 *)weights,
-                                   a_dispatch, a_down, &tail, (bf16 *)out))
+                                   a_dispatch, a_down, &tail, (bf16 *)out, pre ? &bpre : NULL))
             return;
+    }
+    if (pre) {
+        if (!norm) {
+            fprintf(stderr, "fp8moe: router_moe: a pre step (the add + norm before it) without the tail's norm\n");
+            abort(); /* forward.c passes one only with the fused tail */
+        }
+        cu_add_rmsnorm(bb, acc, pre->y, pre->norm, T, down->rows, pre->eps, x);
     }
     if (!fused) {
         cu_router(bb, rw, x, T, k, kind, norm_topk, logits, ids, weights);

@@ -46,7 +46,8 @@ typedef struct mdb_smem {
     __nv_bfloat16 xr[MDB_MAX_H]; // x in bf16 for the router rows (rf_stage_rows)
     uint8_t xq[MDB_MAX_H];       // x in e4m3, 128-groups
     float xqs[MDB_MAX_H / 128];
-    uint8_t hq[MDB_MAX_I]; // one expert's h in e4m3
+    __align__(16) __nv_bfloat16 resid[MDB_MAX_H]; // pre_y: CTA 0's summed residual, to acc after barrier 1
+    uint8_t hq[MDB_MAX_I];                        // one expert's h in e4m3
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
     __align__(16) float vals[32 * WARP_E_MAX]; // the values the top-k compares (route_warp_values)
@@ -76,13 +77,72 @@ static __device__ __forceinline__ int32_t rank_in(const float *v, int32_t o0, in
     return rank;
 }
 
+// route moe.block_norm: the norm's weights into the chunks of resid this thread will read them from (and then
+// overwrite with the residual's sum: its own chunks only, so no barrier), the add_rmsnorm kernel's chunks of the row
+static __device__ __forceinline__ void pre_norm_weights(const __nv_bfloat16 *w, int64_t H, __nv_bfloat16 *resid) {
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) {
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        if (c < H) *(uint4 *)(resid + c) = *(const uint4 *)(w + c);
+    }
+}
+
+// acc + pre_y, then rmsnorm(acc) * pre_norm into xs (the block's staged x), exactly as add_rmsnorm_kernel computes
+// them (elementwise.cu: the same chunks a thread, order of summation, block sum and rounding); the weights from resid
+// (pre_norm_weights), the sum kept there (CTA 0 writes it to acc after barrier 1: the other CTAs read acc until
+// then) and CTA 0 writes x (pre_x). acc and pre_y come
+// through L2 (earlier kernels wrote them). Ends with a __syncthreads (xs is read by every warp next).
+static __device__ __forceinline__ void pre_add_norm(const fm_moe_block_args &p, __nv_bfloat16 *xs,
+                                                    __nv_bfloat16 *resid) {
+    /* a thread touches its own chunks of xs and resid only (no barrier but block_sum's); the sum waits in xs while the
+       block sums the squares, so that few registers are live beside the router's first loads */
+    const int64_t H = p.H;
+    uint4 ra[NORM_CHUNKS], ry[NORM_CHUNKS];
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) {
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        ra[j] = c < H ? __ldcg((const uint4 *)(p.acc + c)) : make_uint4(0, 0, 0, 0);
+        ry[j] = c < H ? __ldcg((const uint4 *)(p.pre_y + c)) : make_uint4(0, 0, 0, 0);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) {
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        if (c >= H) continue;
+        float v[8], yv[8];
+        unpack8(ra[j], v), unpack8(ry[j], yv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v[e] = act_round(v[e] + yv[e], p.acc); /* the sum as stored */
+            ss += v[e] * v[e];
+        }
+        *(uint4 *)(xs + c) = pack8(v);
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)H + p.pre_eps);
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) { /* norm_store_chunks' arithmetic: w (v inv), rounded to bf16 */
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        if (c >= H) continue;
+        const uint4 sum = *(const uint4 *)(xs + c);
+        float v[8], wv[8];
+        unpack8(sum, v), unpack8(*(const uint4 *)(resid + c), wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = wv[e] * (v[e] * inv);
+        *(uint4 *)(resid + c) = sum;
+        *(uint4 *)(xs + c) = pack8(v);
+    }
+    __syncthreads();
+    if (blockIdx.x == 0)
+        for (int64_t c = threadIdx.x; c < H / 8; c += MDB_THREADS) ((uint4 *)p.pre_x)[c] = ((const uint4 *)xs)[c];
+}
+
 // the phases' barrier: the generation barrier, or with cnt (route moe.block_barrier=count) the counting one
 static __device__ __forceinline__ void block_barrier(const fm_moe_block_args &p, unsigned long long *cnt) {
     if (cnt) grid_barrier_count(cnt);
     else grid_barrier(p.barrier);
 }
 
-template <int WE, bool QOUT>
+template <int WE, bool QOUT, bool PRE>
 static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel(const fm_moe_block_args p,
                                                                                  unsigned long long *cnt) {
     __shared__ __align__(16) mdb_smem sm;
@@ -101,9 +161,11 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     rf_first_loads(rw, e < p.E, chunks, lane, wv);
     float nw[NORM_CHUNKS][8];
     if (blockIdx.x == 0) combine_row_norm_weights(p.norm, H, nw);
+    if (PRE) pre_norm_weights(p.pre_norm, H, sm.resid); /* before the wait, into shared memory: no registers */
     pdl_wait();
     MDB_STAMP(1);
-    rf_stage_rows(p.x, 1, H, sm.xr, MDB_THREADS); /* H <= MDB_MAX_H: always staged */
+    if (PRE) pre_add_norm(p, sm.xr, sm.resid);
+    else rf_stage_rows(p.x, 1, H, sm.xr, MDB_THREADS); /* H <= MDB_MAX_H: always staged */
     if (e < p.E) {
         float acc[FM_ROUTER_FUSED_MAX_T];
         rf_row_logits(rw, chunks, lane, wv, p.x, sm.xr, true, 1, H, acc);
@@ -113,6 +175,8 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     MDB_STAMP(2);
     block_barrier(p, cnt);
     MDB_STAMP(3);
+    if (PRE && blockIdx.x == 0) /* every CTA has read acc: the residual's sum may replace it (phase 4 reads it) */
+        for (int64_t c = threadIdx.x; c < H / 8; c += MDB_THREADS) ((uint4 *)p.acc)[c] = ((const uint4 *)sm.resid)[c];
 
     /* phase 1: every CTA routes the token from the logits (through L2): warp 0 makes the values route_warp_token
        compares, then the threads rank the candidates (descending, ties to the lower index): rank j is what the warp
@@ -240,10 +304,10 @@ extern "C" bool fm_cuda_moe_decode_block_takes(int64_t T, int32_t E, int32_t k, 
            H >= 8 && H <= MDB_MAX_H && I >= 8 && I % 8 == 0 && I <= MDB_MAX_I && router_ld % 8 == 0;
 }
 
-template <int WE, bool QOUT> static void launch_q(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
+template <int WE, bool QOUT, bool PRE> static void launch_q(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
     static int resident = 0; /* CTAs an SM, once */
     if (!resident) {
-        FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, moe_decode_block_kernel<WE, QOUT>,
+        FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, moe_decode_block_kernel<WE, QOUT, PRE>,
                                                                     MDB_THREADS, 0));
         if (resident < 1) {
             fprintf(stderr, "fp8moe: moe_decode_block: the kernel does not fit an SM\n");
@@ -263,12 +327,15 @@ template <int WE, bool QOUT> static void launch_q(const fm_moe_block_args *a, bo
         if (a->count_grids[i] == 0) a->count_grids[i] = (int32_t)grid;
         if (a->count_grids[i] == (int32_t)grid) cnt = a->counts + i;
     }
-    pdl_launch(moe_decode_block_kernel<WE, QOUT>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a, cnt);
+    pdl_launch(moe_decode_block_kernel<WE, QOUT, PRE>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a, cnt);
 }
 
 template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
-    if (a->out_q) launch_q<WE, true>(a, pdl, s);
-    else launch_q<WE, false>(a, pdl, s);
+    if (a->out_q) {
+        if (a->pre_y) launch_q<WE, true, true>(a, pdl, s);
+        else launch_q<WE, true, false>(a, pdl, s);
+    } else if (a->pre_y) launch_q<WE, false, true>(a, pdl, s);
+    else launch_q<WE, false, false>(a, pdl, s);
 }
 
 extern "C" void fm_cuda_moe_decode_block(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {

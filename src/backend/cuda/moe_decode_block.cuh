@@ -21,6 +21,12 @@ typedef struct fm_moe_block_args {
     int64_t gu_groups, down_groups;     // 128-groups of K (ceil(H / 128), ceil(I / 128))
     int32_t gu_slices, down_slices;     // K slices of a row block: the decode GEMVs' (fm_cuda_w4a8_moe_gemv_slices)
     const __nv_bfloat16 *x;             // [H], the block's input (the post-attention norm)
+    /* route moe.block_norm: pre_y NULL, or the attention's output [H]: the block first makes x itself, acc += pre_y
+       and x = rmsnorm(acc) * pre_norm (the add_rmsnorm op's arithmetic: every CTA normalises the row into its shared
+       memory; CTA 0 writes it to pre_x, x's buffer, and the summed residual to acc once every CTA has read acc) */
+    const __nv_bfloat16 *pre_y, *pre_norm;
+    __nv_bfloat16 *pre_x;
+    float pre_eps;
     int64_t H, I;
     __nv_bfloat16 *logits;     // [E] out
     int32_t *ids;              // [k] out

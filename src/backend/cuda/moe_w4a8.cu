@@ -140,8 +140,15 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
 
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
-                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
+                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out,
+                            const fm_moe_pre *pre) {
     const int64_t E = gate_up->n, H = down->rows, I = down->cols, P = T * k;
+    /* the block's pre step reads and writes whole rows 16 bytes at a time (the add_rmsnorm kernel's fast form) */
+    const bool aligned =
+        !pre ||
+        ((((uintptr_t)pre->y | (uintptr_t)pre->norm | (uintptr_t)pre->x | (uintptr_t)(tail ? tail->acc : NULL)) & 15) ==
+         0);
+    if (!aligned) return false;
     if (!be->block_barrier || !tail || !tail->norm || gate_up->fmt != FM_W_INT4_G128_TC ||
         down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved || gate_up->fold || down->fold || gate_up->slot_of ||
         down->slot_of || a_dispatch != FM_A_E4M3_G128 || a_down != FM_A_E4M3_G128 || gate_up->rows != 2 * I ||
@@ -174,6 +181,7 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
     a.out_qs = tail->out_qs;
     a.h16 = (__nv_bfloat16 *)(ws + L.h16), a.y = (__nv_bfloat16 *)(ws + L.y), a.barrier = be->block_barrier;
     if (fm_routes_moe_block_barrier_count(r)) a.counts = be->block_counts, a.count_grids = be->block_count_grids;
+    if (pre) a.pre_y = pre->y, a.pre_norm = pre->norm, a.pre_eps = pre->eps, a.pre_x = pre->x;
     if (!fm_combine_row_takes(H, a.y, a.acc, a.norm, a.out)) return false;
     fm_cuda_moe_decode_block(&a, fm_routes_pdl(r), be->stream);
     return true;

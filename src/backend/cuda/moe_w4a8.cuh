@@ -37,9 +37,17 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
 // where it does not apply (T != 1, no tail, banks other than int4-tc, an expert cache, rows other than e4m3 1x128,
 // experts not on the decode GEMVs (moe.gemv), shapes fm_cuda_moe_decode_block_takes refuses). tail->out_q, out_qs:
 // NULL, or out quantized for the next dense linear as well (fm_qrows' codes and scales, one row).
+// pre (NULL: none; route moe.block_norm): x made first in the block, tail->acc += pre->y and x = pre->x =
+// rmsnorm(acc) * pre->norm, the add_rmsnorm op's bits (false where the rows are not 16-byte aligned).
+typedef struct fm_moe_pre {
+    const __nv_bfloat16 *y, *norm;
+    float eps;
+    __nv_bfloat16 *x;
+} fm_moe_pre;
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
-                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out);
+                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out,
+                            const fm_moe_pre *pre);
 // Expert parallelism's moe_blocks op (backend.h) on W4A8 banks: the experts on the rows of the received dispatch
 // blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks; amaxes: NVFP4's, every rank's amax, device
 // fp32 [N]), each output row in its place of the return blocks yret.
