@@ -1,5 +1,5 @@
 // The decode MoE block for one token in one persistent launch (moe_decode_block.cuh). A grid of at most as many CTAs
-// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 27 KB of static shared memory; sized to the
+// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 35 KB of static shared memory; sized to the
 // largest phase: 192 for Qwen3-30B-A3B), phases meeting at grid barriers:
 //   0  every CTA stages x (bf16) and quantizes it to e4m3 per 128-group (quantize_group, the dispatch's arithmetic);
 //      CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh: its first
@@ -90,8 +90,8 @@ static __device__ __forceinline__ void pre_norm_weights(const __nv_bfloat16 *w, 
 // acc + pre_y, then rmsnorm(acc) * pre_norm into xs (the block's staged x), exactly as add_rmsnorm_kernel computes
 // them (elementwise.cu: the same chunks a thread, order of summation, block sum and rounding); the weights from resid
 // (pre_norm_weights), the sum kept there (CTA 0 writes it to acc after barrier 1: the other CTAs read acc until
-// then) and CTA 0 writes x (pre_x). acc and pre_y come
-// through L2 (earlier kernels wrote them). Ends with a __syncthreads (xs is read by every warp next).
+// then) and CTA 0 writes x (pre_x). acc and pre_y come through L2 (earlier kernels wrote them). Ends with a
+// __syncthreads (xs is read by every warp next).
 static __device__ __forceinline__ void pre_add_norm(const fm_moe_block_args &p, __nv_bfloat16 *xs,
                                                     __nv_bfloat16 *resid) {
     /* a thread touches its own chunks of xs and resid only (no barrier but block_sum's); the sum waits in xs while the
