@@ -11,7 +11,9 @@
  *     and from the grouped one (P > 64), a zero row (the scale's floor) and outliers included;
  *   - the moe op under w4a8.kernel=fold with moe.gemv=64 (the GEMVs up to 64 pairs) against the emulation of the
  *     fold MoE and the cpu backend's moe under the same route, at the small shape (top-2, T = 1..300) and at Qwen3's
- *     (top-8, T = 1..8: P = 8..64), and the GEMV path against the GEMM path (moe.gemv=off) on the same input. */
+ *     (top-8, T = 1..8: P = 8..64), and the GEMV path against the GEMM path (moe.gemv=off) on the same input. Above
+ *     the GEMVs' pairs the emulation takes the form of h the route does (w4a8.fold_ws: per token from 16 rows an
+ *     expert, T = 300 here; per 128 channels below). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/routes.h"
 #include "backend/cuda/w4a8_fold_gemv.h"
 #include "backend/w4a8_fold.h"
 #include "fold_test_util.h"
@@ -191,7 +194,9 @@ static void test_gemv_qwen3(void **state) {
 
 /* ---- the moe op under the route ---- */
 
-static fm_backend *make_backend(const char *name, const char *routes) {
+/* the backend NAME under ROUTES (the command line's first on cuda); its route table, when r is given, for the
+   form of h the emulation follows */
+static fm_backend *make_backend(const char *name, const char *routes, fm_routes *r) {
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_backend *be = NULL;
@@ -201,6 +206,10 @@ static fm_backend *make_backend(const char *name, const char *routes) {
     snprintf(all, sizeof all, "%s%s%s", user && !strcmp(name, "cuda") ? user : "",
              user && !strcmp(name, "cuda") ? "," : "", routes);
     if (fm_backend_create(name, &plan, 0, all, &be, &err)) fail_msg("%s backend (%s): %s", name, all, err.msg);
+    if (r) {
+        fm_routes_default(r, 9);
+        if (fm_routes_apply(r, all, &err)) fail_msg("routes %s: %s", all, err.msg);
+    }
     return be;
 }
 
@@ -245,8 +254,9 @@ static void expect_token_rows(fm_backend *gpu, const float *x, int64_t T, int32_
 
 /* the moe op on the GEMV route (moe.gemv=64) against the emulation and the cpu moe, the dispatch's rows bit for bit;
  * when gemm is given, that backend (moe.gemv=off) on the same input too */
-static void moe_case(fm_backend *gpu, fm_backend *cpu, fm_bank *const b[2][2], const p2_bank *gu, const p2_bank *dn,
-                     int64_t T, int32_t k, fm_backend *gemm, fm_bank *const bg[2]) {
+static void moe_case(fm_backend *gpu, const fm_routes *gpu_routes, fm_backend *cpu, fm_bank *const b[2][2],
+                     const p2_bank *gu, const p2_bank *dn, int64_t T, int32_t k, fm_backend *gemm,
+                     fm_bank *const bg[2]) {
     const int32_t E = gu->n;
     const int64_t H = gu->K, I = dn->K;
     float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
@@ -259,7 +269,10 @@ static void moe_case(fm_backend *gpu, fm_backend *cpu, fm_bank *const b[2][2], c
     expect_token_rows(gpu, x, T, E, k, H, I, what);
     float *c = gpu_run_moe(cpu, b[0][0], b[0][1], x, T, H, ids, w, k);
     float *ref = malloc((size_t)(T * H) * sizeof(float));
-    fold_emulate_moe(gu, dn, x, T, ids, w, k, ref);
+    /* above the GEMVs' pairs, the warp-specialised GEMMs (h per token) where the route takes them from the rows an
+       expert, else the fold GEMM (h per 128 channels) */
+    fold_emulate_moe_form(gu, dn, x, T, ids, w, k, fm_routes_fold_ws(gpu_routes, (uint64_t)(T * k), (uint64_t)E, k),
+                          ref);
     /* as test_cuda_fold's moe op: the emulation differs where an accumulator's last bits move a bf16 rounding of
        gate or up and that an e4m3 code of h */
     snprintf(what, sizeof what, "moe fold H %lld T = %lld vs the emulation", (long long)H, (long long)T);
@@ -276,15 +289,17 @@ static void moe_case(fm_backend *gpu, fm_backend *cpu, fm_bank *const b[2][2], c
 }
 
 static void moe_route(const p2_bank *gu, const p2_bank *dn, int32_t k, const int64_t *Ts, int n_T, int64_t T_gemm) {
-    fm_backend *gpu = make_backend("cuda", "w4a8.kernel=fold,moe.gemv=64");
-    fm_backend *gemm = make_backend("cuda", "w4a8.kernel=fold,moe.gemv=off");
-    fm_backend *cpu = make_backend("cpu", "w4a8.kernel=fold"); /* per token too */
+    fm_routes gpu_routes;
+    fm_backend *gpu = make_backend("cuda", "w4a8.kernel=fold,moe.gemv=64", &gpu_routes);
+    fm_backend *gemm = make_backend("cuda", "w4a8.kernel=fold,moe.gemv=off", NULL);
+    fm_backend *cpu = make_backend("cpu", "w4a8.kernel=fold", NULL); /* per token too */
     fold_experts *src = fold_experts_make(gu, dn);
     fm_bank *b[2][2], *bg[2];
     fold_experts_banks(cpu, src, &b[0][0], &b[0][1]);
     fold_experts_banks(gpu, src, &b[1][0], &b[1][1]);
     fold_experts_banks(gemm, src, &bg[0], &bg[1]);
-    for (int i = 0; i < n_T; i++) moe_case(gpu, cpu, b, gu, dn, Ts[i], k, Ts[i] == T_gemm ? gemm : NULL, bg);
+    for (int i = 0; i < n_T; i++)
+        moe_case(gpu, &gpu_routes, cpu, b, gu, dn, Ts[i], k, Ts[i] == T_gemm ? gemm : NULL, bg);
     cpu->ops->bank_free(cpu, b[0][0]), cpu->ops->bank_free(cpu, b[0][1]);
     gpu->ops->bank_free(gpu, b[1][0]), gpu->ops->bank_free(gpu, b[1][1]);
     gemm->ops->bank_free(gemm, bg[0]), gemm->ops->bank_free(gemm, bg[1]);
