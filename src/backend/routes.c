@@ -127,6 +127,9 @@ static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
 static void now_moe_block_norm(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_block_norm(r) ? "in the block" : "add_rmsnorm before it");
 }
+static void now_gdn_decode_fused(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_fused_gdn(r) ? "one kernel" : "conv, rule, gated norm");
+}
 static void now_moe_block_barrier(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_block_barrier_count(r) ? "count" : "generation");
 }
@@ -375,7 +378,8 @@ static const route_key route_keys[] = {
      "2 launches fewer per layer at one sequence, 3 at more); `auto` fuses the MoE tail in passes of at most 64 rows "
      "(H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with it fp8 + w8a8 lost 3.3 % at B = 8) and "
      "the Gated DeltaNet (its first kernel, a block per key head, lost 2-3 % on the H200; the second, on the rule "
-     "kernel's grid of a block per 32 state columns, is not yet measured); on the cpu backend the fused ops are their "
+     "kernel's grid of a block per 32 state columns, is not yet measured; `gdn.decode_fused` chooses it apart); on the "
+     "cpu backend the fused ops are their "
      "references, the same "
      "numbers",
      now_decode_fused},
@@ -638,6 +642,15 @@ static const route_key route_keys[] = {
      "round trip fewer a layer. Where the block does not run, add_rmsnorm runs before the MoE as before. `auto` is "
      "`off` until measured on a GPU; the cpu backend has one reference (add_rmsnorm, then the MoE)",
      now_moe_block_norm},
+    {"gdn.decode_fused", FIELD(gdn_decode_fused), "auto|on|off", SWITCH_WORDS, "decode.fused's (off)",
+     "a decode step's Gated DeltaNet conv, delta rule and gated norm in one kernel, apart from decode.fused",
+     "a Gated DeltaNet layer (Qwen3-Next) of a decode step runs its conv update, its recurrent delta rule and its "
+     "gated RMSNorm as three kernels (four above one sequence). `on` runs them as one (`gdn_decode_fused`: a block "
+     "per 32 state columns of a value head, each repeating its key head's conv, the key head's last block writing the "
+     "q and k conv states and normalising its value heads' rows; the chain's bits), whatever `decode.fused` says of "
+     "the other fused ops; `off` keeps the chain. `auto` follows `decode.fused` (off by default) until measured on a "
+     "GPU; the cpu backend has one reference",
+     now_gdn_decode_fused},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -995,7 +1008,10 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
-bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
+bool fm_routes_fused_gdn(const fm_routes *r) {
+    return r->gdn_decode_fused == FM_ROUTE_ON ||
+           (r->gdn_decode_fused == FM_ROUTE_AUTO && r->decode_fused == FM_ROUTE_ON);
+}
 
 /* auto: routed from sm_90, where it was measured with the persistent MoE block taking it (an H200: Qwen3-Next fp8
    B = 1 -9.3 %, B = 64 level, docs/RESULTS.md 2.42); separate elsewhere (the cpu backend's reference form) */

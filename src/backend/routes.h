@@ -132,6 +132,7 @@ typedef struct fm_routes {
     int32_t moe_plan_slots;    /* moe.plan_slots: fm_route_switch */
     int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0, count) */
     int32_t moe_block_norm;    /* moe.block_norm: fm_route_switch */
+    int32_t gdn_decode_fused;  /* gdn.decode_fused: fm_route_switch (auto: decode.fused's) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -380,8 +381,8 @@ bool fm_routes_moe_dispatch_fused(const fm_routes *r);
  * them all at once, row_tail.cuh, not yet measured). */
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);
-/* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): only when on (compiled and
- * tested against the chain, not yet measured: bench/NOTES.md 2026-12-05, "Qwen3-Next's decode step, fused"). */
+/* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): route gdn.decode_fused,
+ * auto following decode.fused (on only when on; tested against the chain, measured under the PDL chain: not yet). */
 bool fm_routes_fused_gdn(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,

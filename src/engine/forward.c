@@ -305,9 +305,10 @@ static int32_t gdn_rule_paged(fm_context *ctx, const fm_layer_weights *L, int64_
  *   the gated delta rule (chunked over a whole prompt and over each prompt chunk of a step, from its sequence's
  *   state; token by token for decode rows);
  *   gated RMSNorm with z;  y = out Wout^T
- * gdn: the layer's index among the Gated DeltaNet layers (its slice of the states). */
+ * gdn: the layer's index among the Gated DeltaNet layers (its slice of the states). h_rows: b.hq holds b.h's rows
+ * quantized by the previous layer's MoE block (route dense.quant=producer), for the qkvz projection. */
 static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t gdn,
-                           fw_timer *tm) {
+                           bool h_rows, fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     fm_backend *be = m->be;
@@ -319,7 +320,8 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     float *conv = cached ? (float *)kv->gdn_conv + (size_t)gdn * kv->pool.max_seqs * fm_gdn_conv_state_elems(g) : NULL;
     float *rec = cached ? (float *)kv->gdn_rec + (size_t)gdn * kv->pool.max_seqs * fm_gdn_rec_state_elems(g) : NULL;
     const int64_t H = c->hidden_size, nvdv = (int64_t)g.nv * g.dv;
-    ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
+    if (h_rows) ops->linear_rows(be, L->gdn_qkvz, 0, b.h, b.hq, T, m->plan.a_dense, b.proj);
+    else ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
     ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
     op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
             fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
@@ -585,7 +587,7 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
         /* route attn.persistent: the attention block through the norm in one op; route dense.quant=producer with
            decode.fused: the attention through o_proj's add and norm */
         bool block = false;
-        if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
+        if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, rows_in, tm);
         else if (attention_block(ctx, L, T, attn, n_attn, tm)) n_attn++, block = true;
         else block = attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, rows_in, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
@@ -623,9 +625,10 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
                 if (ops->side_end) ops->side_end(be);
             }
             /* route dense.quant=producer: the block's end (router_moe's or moe_add_rmsnorm's) also quantizes the next
-               layer's normed rows for its q|k|v projection (an attention layer's, read by linear_rows) */
+               layer's normed rows for its first projection (an attention layer's q|k|v, a Gated DeltaNet layer's
+               qkvz: read by linear_rows) */
             h_rows = fuse_tail && ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
-                     p->a_dense == FM_A_E4M3_G128 && !fm_layer_kind_is_gdn(m->layers[l + 1].kind);
+                     p->a_dense == FM_A_E4M3_G128;
             const fm_pre_norm pre = {b.y, L->ffn_norm, c->rms_norm_eps}; /* moe.block_norm's add + norm */
             if (router_moe)
                 ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
