@@ -17,7 +17,10 @@
  * gather kernels, none of which may need a buffer zeroed by a memset) is compared the same way on one backend per
  * route: LAYERS calls in a row, each on the previous one's output with its own routing, at T = 1, 8, 64 and 300, for
  * the e4m3, MXFP4 and NVFP4 dispatch on int4-tc banks (a width I that is a multiple of 128 and one that is not: the
- * pad columns of h the dispatch zeroes) and for fold banks (w4a8.kernel=fold: per-token rows). */
+ * pad columns of h the dispatch zeroes) and for fold banks (w4a8.kernel=fold: per-token rows).
+ *
+ * Likewise, with the same decode batches at the fp8 preset, the routes whose values promise the same bits
+ * (SAME_BITS: each pair's two sides, pdl as the device's default). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -129,9 +132,9 @@ static void routes_of(char *buf, size_t n, const char *extra, const char *pdl) {
              cl ? cl : "");
 }
 
-/* fails naming the first difference, if any */
-static void expect_same(const char *dir, const preset_case *p, const char *extra, int32_t V, const decode_run *on,
-                        const decode_run *off) {
+/* fails naming the first difference, if any, between run on (routes a) and run off (routes b) */
+static void expect_same(const char *dir, const preset_case *p, const char *a_routes, const char *b_routes, int32_t V,
+                        const decode_run *on, const decode_run *off) {
     for (int bi = 0; bi < N_BATCHES; bi++) {
         const int32_t B = BATCHES[bi];
         for (int s = 0; s < STEPS; s++)
@@ -140,13 +143,13 @@ static void expect_same(const char *dir, const preset_case *p, const char *extra
                             *b = off->logits[bi] + ((size_t)s * B + i) * V;
                 for (int32_t v = 0; v < V; v++)
                     if (memcmp(&a[v], &b[v], sizeof *a))
-                        fail_msg("%s %s routes '%s' B=%d step %d row %d: logit %d differs with pdl on (%.9g) and off "
+                        fail_msg("%s %s B=%d step %d row %d: logit %d differs with routes '%s' (%.9g) and '%s' "
                                  "(%.9g)",
-                                 dir, p->name, extra, B, s, i, v, (double)a[v], (double)b[v]);
+                                 dir, p->name, B, s, i, v, a_routes, (double)a[v], b_routes, (double)b[v]);
                 if (on->ids[bi][s][i] != off->ids[bi][s][i] || memcmp(&on->lps[bi][s][i], &off->lps[bi][s][i], 4))
-                    fail_msg("%s %s routes '%s' B=%d step %d row %d: sampled %d (%.9g) with pdl on, %d (%.9g) off", dir,
-                             p->name, extra, B, s, i, on->ids[bi][s][i], (double)on->lps[bi][s][i], off->ids[bi][s][i],
-                             (double)off->lps[bi][s][i]);
+                    fail_msg("%s %s B=%d step %d row %d: sampled %d (%.9g) with routes '%s', %d (%.9g) with '%s'", dir,
+                             p->name, B, s, i, on->ids[bi][s][i], (double)on->lps[bi][s][i], a_routes,
+                             off->ids[bi][s][i], (double)off->lps[bi][s][i], b_routes);
             }
     }
 }
@@ -167,7 +170,7 @@ static void pdl_same_logits(const char *dir, const preset_case *presets, int n_p
             assert_int_equal(on.V, off.V);
             for (int bi = 0; bi < N_BATCHES; bi++) /* the steps compared were graph replays */
                 assert_true(on.kernels[bi] > 0 && off.kernels[bi] > 0);
-            expect_same(dir, p, extra, on.V, &on, &off);
+            expect_same(dir, p, r_on, r_off, on.V, &on, &off);
             pdl_runs += on.pdl;
             printf(
                 "  %-30s %-10s routes '%s': pdl %s vs off, B = 1 / 4 / %d, %d steps: logits, ids and log-probabilities "
@@ -192,6 +195,46 @@ static void test_qwen3_next(void **state) {
 static void test_tiny_code_moe(void **state) {
     (void)state;
     pdl_same_logits("models/tiny-code-moe", &PRESETS[2], 2); /* fp8, fp8 + w8a8 */
+}
+
+/* ---- routes whose two values promise the same bits ------------------------------------------------------------ */
+
+/* Routes documented as choosing where a value is computed, never its bits (docs/routes.md), each pair's two sides
+ * loaded as two models of the fp8 preset and compared as above: the dense projections' input quantized by its
+ * producer or by a launch of its own (Qwen3-Next: the Gated DeltaNet's qkvz too), the Gated DeltaNet in one kernel
+ * or three, the add + norm before the one-token MoE block inside the persistent block or before it, the block's two
+ * grid barriers. */
+static const char *const SAME_BITS[][2] = {
+    {"dense.quant=producer", "dense.quant=kernel"},
+    {"gdn.decode_fused=on", "gdn.decode_fused=off"},
+    {"moe.block_norm=on", "moe.block_norm=off"},
+    {"moe.block_barrier=count", "moe.block_barrier=generation"},
+};
+
+static void routes_same_logits(const char *dir) {
+    static decode_run a, b; /* large: not on the stack */
+    const preset_case *p = &PRESETS[2];
+    for (size_t i = 0; i < sizeof SAME_BITS / sizeof *SAME_BITS; i++) {
+        char ra[300], rb[300];
+        routes_of(ra, sizeof ra, SAME_BITS[i][0], "");
+        routes_of(rb, sizeof rb, SAME_BITS[i][1], "");
+        run_model(dir, p, ra, &a);
+        run_model(dir, p, rb, &b);
+        assert_int_equal(a.V, b.V);
+        for (int bi = 0; bi < N_BATCHES; bi++) assert_true(a.kernels[bi] > 0 && b.kernels[bi] > 0);
+        expect_same(dir, p, ra, rb, a.V, &a, &b);
+        printf("  %-30s %-10s routes '%s' vs '%s', B = 1 / 4 / %d, %d steps: bit for bit (graph kernels %lld / %lld "
+               "at B = 1)\n",
+               dir, p->name, SAME_BITS[i][0], SAME_BITS[i][1], MAX_B, STEPS, (long long)a.kernels[0],
+               (long long)b.kernels[0]);
+        for (int bi = 0; bi < N_BATCHES; bi++) free(a.logits[bi]), free(b.logits[bi]);
+    }
+}
+
+static void test_same_bits_routes(void **state) {
+    (void)state;
+    routes_same_logits("tests/models/qwen3-next-bf16");
+    routes_same_logits("tests/models/qwen3-moe-bf16");
 }
 
 /* ---- the moe op alone ---------------------------------------------------------------------------------------- */
@@ -330,10 +373,8 @@ static void test_moe_op(void **state) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qwen3_moe),
-        cmocka_unit_test(test_qwen3_next),
-        cmocka_unit_test(test_tiny_code_moe),
-        cmocka_unit_test(test_moe_op),
+        cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_qwen3_next),       cmocka_unit_test(test_tiny_code_moe),
+        cmocka_unit_test(test_moe_op),    cmocka_unit_test(test_same_bits_routes),
     };
     /* FM_TEST_FILTER=test_moe_op runs the moe op's case alone (e.g. under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
