@@ -333,7 +333,7 @@ static void test_gdn_norm_gate(void **state) {
     float *core = rand_array(T * V, 2.0f), *qkvz = rand_array(T * W, 2.0f), *w = rand_array(g.dv, 1.0f);
     fm_bank *wb = make_bank(be, w, 1, g.dv);
     float *out = nan_array(T * V);
-    be->ops->gdn_norm_gate(be, core, qkvz, wb, T, g, eps, out);
+    be->ops->gdn_norm_gate(be, core, qkvz, wb, T, g, eps, out, NULL);
     double *ref = dalloc(T * V);
     for (int64_t t = 0; t < T; t++)
         for (int32_t h = 0; h < g.nv; h++) {
@@ -475,10 +475,10 @@ static void test_gdn_decode_fused_is_the_chain(void **state) {
                 float *qkv2 = nan_array(B * C), *core2 = nan_array(B * V);
                 be->ops->gdn_conv(be, qkvz, cb, B, g, conv1, seq, pos, qkv1);
                 be->ops->gdn_recurrent(be, qkv1, in.ba, in.A, in.dt, B, g, rec1, seq, pos, core1);
-                be->ops->gdn_norm_gate(be, core1, qkvz, nb, B, g, 1e-6f, out1);
+                be->ops->gdn_norm_gate(be, core1, qkvz, nb, B, g, 1e-6f, out1, NULL);
                 /* the output into the conv's scratch, as forward.c passes it */
                 be->ops->gdn_decode_fused(be, qkvz, in.ba, cb, in.A, in.dt, nb, B, g, 1e-6f, conv2, rec2, seq, pos,
-                                          qkv2, core2, qkv2);
+                                          qkv2, core2, qkv2, NULL);
                 assert_memory_equal(qkv2, out1, (size_t)(B * V) * sizeof(float));
                 assert_memory_equal(conv2, conv1, (size_t)nconv * sizeof(float));
                 assert_memory_equal(rec2, rec1, (size_t)nrec * sizeof(float));

@@ -482,20 +482,22 @@ typedef struct fm_backend_ops {
     void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                           int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
     /* The gated RMSNorm per value head: out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]) with z from qkvz's
-     * grouped columns; core and out [T, nv dv], w [dv]. */
+     * grouped columns; core and out [T, nv dv], w [dv]. out_q (NULL: none): out's rows also quantized for the out
+     * projection, as fm_qrows lays them out, for linear_rows (route dense.quant=producer: the norm's kernel writes
+     * them; a backend without linear_rows ignores it). */
     void (*gdn_norm_gate)(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
-                          fm_gdn_shape g, float eps, void *out);
+                          fm_gdn_shape g, float eps, void *out, void *out_q);
     /* A decode step's Gated DeltaNet in one op (route decode.fused): exactly gdn_conv(qkvz, conv, T, g, conv_states,
      * tok_seq, tok_pos, qkv), gdn_recurrent(qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core), then
      * gdn_norm_gate(core, qkvz, norm, T, g, eps, out). For decode rows only: each row a token of its own sequence,
      * or, where the ops take them (cuda: gdn.cuh), a padding row (row 0's sequence and position again, no state
      * changed, its output finite and meaningless); the cpu backend stops on two rows of one sequence. It may keep the
      * conv output and the rule's output on chip: qkv [T, C] and core [T, nv dv] are scratch, left unspecified; out
-     * may be qkv. NULL where a backend has none. */
+     * may be qkv. out_q: as gdn_norm_gate's. NULL where a backend has none. */
     void (*gdn_decode_fused)(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv,
                              const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
                              fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
-                             const void *tok_pos, void *qkv, void *core, void *out);
+                             const void *tok_pos, void *qkv, void *core, void *out, void *out_q);
 } fm_backend_ops;
 
 struct fm_backend {

@@ -326,10 +326,15 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
             fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
                 fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv));
+    /* route dense.quant=producer: the gated norm's kernel also quantizes its rows for the out projection (b.hq: the
+       qkvz projection above has read the rows it held) */
+    const bool out_rows = ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
+                          m->plan.a_dense == FM_A_E4M3_G128 && ops->act_size == 2;
+    void *out_q = out_rows ? b.hq : NULL;
     if (attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) {
-        /* route decode.fused: the conv, the rule and the gated norm of a decode step's rows as one op */
+        /* route gdn.decode_fused: the conv, the rule and the gated norm of a decode step's rows as one op */
         ops->gdn_decode_fused(be, b.proj, b.gates, L->gdn_conv, L->gdn_a_log, L->gdn_dt_bias, L->gdn_norm, T, g,
-                              c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos, b.qkv, b.att, b.qkv);
+                              c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos, b.qkv, b.att, b.qkv, out_q);
         dump(be, "gdn_decode", l, b.qkv, T * nvdv);
         op_mark(tm, FM_STAGE_GDN, "conv+rule+gated norm", fm_op_bytes_gdn_decode_fused(m, l, T));
     } else {
@@ -351,11 +356,12 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
                              cached ? kv->tok_pos : NULL, b.att);
         }
         op_split(tm, FM_STAGE_GDN, chunked ? "delta rule (chunked)" : "delta rule", fm_op_bytes_gdn_rule(m, T, states));
-        ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
+        ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv, out_q);
         dump(be, "gdn_rule", l, b.qkv, T * nvdv);
         op_mark(tm, FM_STAGE_GDN, "gated norm", fm_op_bytes_act(m, T, nvdv, 2, 1));
     }
-    ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
+    if (out_rows) ops->linear_rows(be, L->gdn_out, 0, b.qkv, b.hq, T, m->plan.a_dense, b.y);
+    else ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
     op_mark(tm, FM_STAGE_ATTN_PROJ, "out_proj", fm_op_bytes_linear(m, L->gdn_out, T, nvdv, H));
 }
 

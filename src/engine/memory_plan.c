@@ -213,7 +213,9 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
         {"input projection", mul(s, T, proj), a},
         {"gates", mul(s, T, gates), a},
         {"shared expert out", mul(s, T, c->shared_expert_intermediate > 0 ? H : 0), a},
-        {"normed, quantized", fm_qrows_bytes(tokens, c->hidden_size), 1}, /* router_moe's out_q */
+        /* router_moe's out_q for the next layer's first projection; a Gated DeltaNet's gated norm's for its out
+           projection */
+        {"normed, quantized", fm_qrows_bytes(tokens, max64(c->hidden_size, (int64_t)gdn_v)), 1},
     };
     for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
         out[i] = (fm_mem_item){want[i].what, to_size(s, mul(s, want[i].elems, want[i].size))};

@@ -35,7 +35,9 @@
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
  *   (16 key heads, 32 value heads of 128, 4 taps) and two small odd ones, B = 1, 4 (3 + 1 padding row), 64, 64 (61 +
  *   3 padding rows); every third sequence fresh; dk 256 (above the kernel's 128: the chain, through the same op);
- *   the fused op twice on one backend (its per key head counters were reset by the first launch).
+ *   the fused op twice on one backend (its per key head counters were reset by the first launch); in bf16 both
+ *   also with out_q (the rows quantized for the out projection: by the norm's warps at dv = 128, else by the
+ *   quantizer's launch) against the CPU's quantizer of the rows they returned.
  * Runs only where a GPU is present (make test-gpu); tools/gpu-check.sh runs it, and under compute-sanitizer. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -713,7 +715,15 @@ static void proj_case(fm_preset p, fm_dense dense, const char *route, int64_t M,
         for (int64_t i = 0; i < M * N; i++)
             if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
                 fail_msg("%s: output %d element %lld: fused %.9g, chain %.9g", what, o, (long long)i, f[o][i], c[o][i]);
-    printf("  %-60s fused = chain bit for bit\n", what);
+    if (fq) { /* the norm's warps (dv = 128) or the quantizer's launch after it: the quantizer's codes either way */
+        char wq[200];
+        snprintf(wq, sizeof wq, "%s fused", what);
+        expect_qrows(fq, f[0], d.B, d.V, wq);
+        snprintf(wq, sizeof wq, "%s chain", what);
+        expect_qrows(cq, c[0], d.B, d.V, wq);
+        free(fq), free(cq);
+    }
+    printf("  %-60s fused = chain bit for bit%s\n", what, plan.act_bf16 ? ", out_q = the quantizer's" : "");
     const bool fp8 = plan.w_dense == FM_W_E4M3_PT || plan.w_dense == FM_W_INT4_G128_TC; /* W8A8, W4A8 */
     const double bound = fp8 ? 5e-3 : plan.act_bf16 ? 1e-2 : 1e-5, after = fp8 ? 1e-2 : bound;
     const char *names[3] = {"projection", "residual", "norm"};
@@ -923,9 +933,10 @@ static float *fetch_states(fm_backend *be, void *p, int64_t n) {
     return h;
 }
 
-/* The step's first `rows` rows on backend be, fused or as the chain; returns the normed rows and both states */
+/* The step's first `rows` rows on backend be, fused or as the chain; returns the normed rows and both states, and
+   with q_out the rows' out_q (fm_qrows, for the out projection: dense.quant=producer) */
 static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused, float **out, float **conv_st,
-                    float **rec_st) {
+                    float **rec_st, uint8_t **q_out) {
     const fm_gdn_shape g = d->g;
     const int64_t nc = d->slots * fm_gdn_conv_state_elems(g), nr = d->slots * fm_gdn_rec_state_elems(g);
     fm_bank *cb = gpu_bank(be, d->conv_w, 1, d->C, g.kernel, be->plan.w_other, false);
@@ -939,14 +950,21 @@ static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused,
     void *qkv = be->ops->alloc(be, (size_t)(rows * d->C) * be->ops->act_size);
     void *core = be->ops->alloc(be, (size_t)(rows * d->V) * be->ops->act_size), *base;
     void *o = gpu_guarded(be, rows * d->V, &base);
+    const size_t qbytes = fm_qrows_bytes(rows, d->V);
+    void *hq = q_out ? be->ops->alloc(be, qbytes) : NULL;
     if (fused) {
-        be->ops->gdn_decode_fused(be, zd, bad, cb, al, dt, nb, rows, g, 1e-6f, cs, rs, sd, pd, qkv, core, o);
+        be->ops->gdn_decode_fused(be, zd, bad, cb, al, dt, nb, rows, g, 1e-6f, cs, rs, sd, pd, qkv, core, o, hq);
     } else {
         be->ops->gdn_conv(be, zd, cb, rows, g, cs, sd, pd, qkv);
         be->ops->gdn_recurrent(be, qkv, bad, al, dt, rows, g, rs, sd, pd, core);
-        be->ops->gdn_norm_gate(be, core, zd, nb, rows, g, 1e-6f, o);
+        be->ops->gdn_norm_gate(be, core, zd, nb, rows, g, 1e-6f, o, hq);
     }
     *out = gpu_fetch(be, base, rows * d->V, "gdn output");
+    if (q_out) {
+        *q_out = malloc(qbytes);
+        be->ops->download_raw(be, hq, qbytes, *q_out);
+        be->ops->free(be, hq);
+    }
     *conv_st = fetch_states(be, cs, nc), *rec_st = fetch_states(be, rs, nr);
     be->ops->free(be, zd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
     be->ops->free(be, qkv), be->ops->free(be, core);
@@ -963,12 +981,13 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     assert_non_null(gpu->ops->gdn_decode_fused);
     gdn_step d = make_step(g, n, pad);
     const int64_t nc = d.slots * fm_gdn_conv_state_elems(g), nr = d.slots * fm_gdn_rec_state_elems(g);
-    float *f[3], *c[3], *r[3]; /* output, conv states, recurrent states: fused GPU, chain GPU, CPU reference */
-    float *f2[3];              /* the fused op again on the same backend: its arrival counters were left zero */
-    run_gdn(gpu, &d, d.B, true, &f[0], &f[1], &f[2]);
-    run_gdn(gpu, &d, d.B, true, &f2[0], &f2[1], &f2[2]);
-    run_gdn(gpu, &d, d.B, false, &c[0], &c[1], &c[2]);
-    run_gdn(cpu, &d, d.n, true, &r[0], &r[1], &r[2]); /* the real rows: the cpu backend pads no step */
+    float *f[3], *c[3], *r[3];      /* output, conv states, recurrent states: fused GPU, chain GPU, CPU reference */
+    float *f2[3];                   /* the fused op again on the same backend: its arrival counters were left zero */
+    uint8_t *fq = NULL, *cq = NULL; /* bf16: out_q asked of both (the quantizer's input is bf16) */
+    run_gdn(gpu, &d, d.B, true, &f[0], &f[1], &f[2], plan.act_bf16 ? &fq : NULL);
+    run_gdn(gpu, &d, d.B, true, &f2[0], &f2[1], &f2[2], NULL);
+    run_gdn(gpu, &d, d.B, false, &c[0], &c[1], &c[2], plan.act_bf16 ? &cq : NULL);
+    run_gdn(cpu, &d, d.n, true, &r[0], &r[1], &r[2], NULL); /* the real rows: the cpu backend pads no step */
     char what[160];
     snprintf(what, sizeof what, "gdn_decode_fused %s nk=%d nv=%d dk=%d dv=%d K=%d B=%lld (%lld padding)",
              plan.act_bf16 ? "bf16" : "fp32", g.nk, g.nv, g.dk, g.dv, g.kernel, (long long)d.B, (long long)pad);
@@ -982,7 +1001,15 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
                 fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, names[o], (long long)i,
                          f2[o][i], c[o][i]);
         }
-    printf("  %-60s fused = chain bit for bit\n", what);
+    if (fq) { /* the norm's warps (dv = 128) or the quantizer's launch after it: the quantizer's codes either way */
+        char wq[200];
+        snprintf(wq, sizeof wq, "%s fused", what);
+        expect_qrows(fq, f[0], d.B, d.V, wq);
+        snprintf(wq, sizeof wq, "%s chain", what);
+        expect_qrows(cq, c[0], d.B, d.V, wq);
+        free(fq), free(cq);
+    }
+    printf("  %-60s fused = chain bit for bit%s\n", what, plan.act_bf16 ? ", out_q = the quantizer's" : "");
     /* test_cuda_qnext's bounds of the chain's ops against the CPU */
     const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
     const int64_t ref_len[3] = {d.n * d.V, nc, nr};

@@ -227,7 +227,7 @@ static void fresh_case(fm_preset p, fm_gdn_shape g, int64_t T) {
         ru[i] = gpu_fetch(be, base, T * V, "gdn_chunked");
         st[i] = fetch_states(be, (float *)states + per, per);
         o = gpu_guarded(be, T * V, &base);
-        be->ops->gdn_norm_gate(be, cd, zd, c.nw[i], T, g, 1e-6f, o);
+        be->ops->gdn_norm_gate(be, cd, zd, c.nw[i], T, g, 1e-6f, o, NULL);
         ng[i] = gpu_fetch(be, base, T * V, "gdn_norm_gate");
         be->ops->free(be, zd), be->ops->free(be, bad), be->ops->free(be, cd), be->ops->free(be, sq);
         be->ops->free(be, states), be->ops->free(be, qkv);

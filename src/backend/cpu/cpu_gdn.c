@@ -235,7 +235,8 @@ void cpu_gdn_chunked(fm_backend *be, const void *qkvv, const void *bav, const fm
 }
 
 void cpu_gdn_norm_gate(fm_backend *be, const void *corev, const void *qkvzv, const fm_bank *w, int64_t T,
-                       fm_gdn_shape g, float eps, void *outv) {
+                       fm_gdn_shape g, float eps, void *outv, void *out_q) {
+    (void)out_q; /* the cpu has no linear_rows: its dense linears quantize their own input */
     const float *core = (const float *)corev, *qkvz = (const float *)qkvzv;
     float *out = (float *)outv;
     const int32_t r = g.nv / g.nk;

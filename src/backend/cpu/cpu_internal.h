@@ -99,7 +99,7 @@ bool cpu_attention_paged_o(fm_backend *be, bool runs, const void *qkv, int64_t T
 void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
                           const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
                           void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,
-                          void *core, void *out);
+                          void *core, void *out, void *out_q);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, const void *bias, const void *mask, void *z, void *ids,
                 void *info);
@@ -118,7 +118,7 @@ void cpu_gdn_chunked(fm_backend *be, const void *qkv, const void *ba, const fm_b
 void cpu_gdn_recurrent(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                        int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
 void cpu_gdn_norm_gate(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T, fm_gdn_shape g,
-                       float eps, void *out);
+                       float eps, void *out, void *out_q);
 
 /* int4-zp (cpu_linear_int4zp.c): outputs n0..n1 of matrix idx for one activation row in input order, as stored
  * (x->scale NULL) or e4m3 1x128 (x->scale set: the bank must have no act-order permutation and a group that is a

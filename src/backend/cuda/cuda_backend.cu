@@ -876,24 +876,39 @@ static void cu_gdn_recurrent(fm_backend *bb, const void *qkv, const void *ba, co
                           (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, pdl(bb), stream(bb));
 }
 
+/* out_q: fm_qrows of out's T rows of nv dv columns (codes, then the scales) */
+static void gdn_out_q(fm_backend *bb, void *out_q, int64_t T, fm_gdn_shape g, uint8_t **q8, float **qs) {
+    *q8 = (uint8_t *)out_q, *qs = out_q ? (float *)(*q8 + fm_qrows_scales_at(T, (int64_t)g.nv * g.dv)) : NULL;
+    if (out_q && f32(bb)) {
+        fprintf(stderr, "fp8moe: gdn_norm_gate: out_q asked of fp32 activations (the quantizer reads bf16 rows)\n");
+        abort(); /* forward.c asks for it only where the dense linears read e4m3 1x128 rows */
+    }
+}
+
 static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
-                             fm_gdn_shape g, float eps, void *out) {
-    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, pdl(bb), stream(bb));
+                             fm_gdn_shape g, float eps, void *out, void *out_q) {
+    uint8_t *q8;
+    float *qs;
+    gdn_out_q(bb, out_q, T, g, &q8, &qs);
+    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, q8, qs, pdl(bb), stream(bb));
 }
 
 /* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for */
 static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba, const fm_bank *conv,
                                 const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
                                 fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
-                                const void *tok_pos, void *qkv, void *core, void *out) {
+                                const void *tok_pos, void *qkv, void *core, void *out, void *out_q) {
+    uint8_t *q8;
+    float *qs;
+    gdn_out_q(bb, out_q, T, g, &q8, &qs);
     if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
                                  bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
                                  (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
-                                 cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, pdl(bb), stream(bb)))
+                                 cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, q8, qs, pdl(bb), stream(bb)))
         return;
     cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
     cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
-    cu_gdn_norm_gate(bb, core, qkvz, norm, T, g, eps, out);
+    cu_gdn_norm_gate(bb, core, qkvz, norm, T, g, eps, out, out_q);
 }
 
 /* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)

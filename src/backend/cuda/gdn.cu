@@ -12,7 +12,9 @@
 //   and 12). gdn_chunked runs the same kernel over its one run (from a zero state at position 0, else from the
 //   sequence's state: a prompt chunk after others): the chunked form
 //   computes the same recurrence in another order, and its speed on tensor cores is lab/gdn.cu's subject.
-// norm_gate: one warp per (token, value head).
+// norm_gate: one warp per (token, value head); with q8 (route dense.quant=producer) it also quantizes its rows for the
+//   out projection (fm_qrows): at dv = 128 each head is one 128-group, quantized by its warp (gdn_quantize_head);
+//   other shapes take the quantizer's launch after it.
 //
 // Programmatic dependent launch (pdl.cuh, `pdl` of the decode ops' launchers): every kernel lets the next one start at
 // its top and waits for the earlier ones before its first activation, state or index load and before any early
@@ -325,7 +327,7 @@ static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const 
  * load of core, z and w (the general kernel above: 4 two-byte loads a lane, 64-bit divisions per row, ~4.6x its byte
  * floor at T = 8192); grid (head blocks of 8, token rows). The sum of squares in another order: not the same bits. */
 static __global__ void gdn_norm_gate_bf16x4_kernel(const bf16 *core, const bf16 *qkvz, const bf16 *w, int64_t T,
-                                                   fm_gdn_shape g, float eps, bf16 *out) {
+                                                   fm_gdn_shape g, float eps, bf16 *out, uint8_t *q8, float *qs) {
     const int lane = threadIdx.x & 31, r = g.nv / g.nk, h = blockIdx.x * 8 + (threadIdx.x >> 5);
     const uint2 wraw = *(const uint2 *)(w + 4 * lane); /* the weights before the wait */
     pdl_wait();
@@ -351,6 +353,8 @@ static __global__ void gdn_norm_gate_bf16x4_kernel(const bf16 *core, const bf16 
         uint2 o;
         o.x = *(const uint32_t *)&o01, o.y = *(const uint32_t *)&o23;
         *(uint2 *)(out + row) = o;
+        if (q8) /* the head is group h of out's row t for the out projection: the quantizer's codes and scale */
+            gdn_quantize_head(o01, o23, t, h, T, (int64_t)g.nv * 128, q8, qs);
     }
 }
 
@@ -438,7 +442,8 @@ extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba,
 }
 
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
-                                      fm_gdn_shape g, float eps, void *out, bool pdl, cudaStream_t s) {
+                                      fm_gdn_shape g, float eps, void *out, uint8_t *q8, float *qs, bool pdl,
+                                      cudaStream_t s) {
     check_shape(g, "gdn_norm_gate");
     if (T <= 0) return;
     const int64_t Wz = gdn_qkvz_width(g);
@@ -446,7 +451,7 @@ extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qk
     if (!f32 && g.dv == 128 && g.dk % 4 == 0 && Wz % 4 == 0 && aligned) {
         const dim3 grid((unsigned)fm_ceil_div(g.nv, 8), (unsigned)(T < 65535 ? T : 65535));
         pdl_launch(gdn_norm_gate_bf16x4_kernel, grid, 256, 0, s, pdl, (const bf16 *)core, (const bf16 *)qkvz,
-                   (const bf16 *)w, T, g, eps, (bf16 *)out);
+                   (const bf16 *)w, T, g, eps, (bf16 *)out, q8, qs);
         FM_LAUNCH_CHECK("gdn_norm_gate");
         return;
     }
@@ -458,4 +463,5 @@ extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qk
         pdl_launch(gdn_norm_gate_kernel<bf16>, grid, 256, 0, s, pdl, (const bf16 *)core, (const bf16 *)qkvz,
                    (const bf16 *)w, T, g, eps, (bf16 *)out);
     FM_LAUNCH_CHECK("gdn_norm_gate");
+    if (q8 && !f32) fm_cuda_quantize_e4m3_rows((const bf16 *)out, T, (int64_t)g.nv * g.dv, q8, qs, NULL, T, pdl, s);
 }

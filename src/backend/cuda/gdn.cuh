@@ -35,20 +35,23 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
                                       const int32_t *tok_pos, void *out, bool pdl, cudaStream_t s);
-// out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns
+// out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns; q8 (NULL: none; bf16 only):
+// out's rows also quantized for the out projection as fm_cuda_quantize_e4m3_rows(out, T, nv dv, q8, qs, NULL, T) would
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
-                                      fm_gdn_shape g, float eps, void *out, bool pdl, cudaStream_t s);
+                                      fm_gdn_shape g, float eps, void *out, uint8_t *q8, float *qs, bool pdl,
+                                      cudaStream_t s);
 // A decode step's conv, rule and gated norm in one kernel (gdn_decode.cu; backend.h gdn_decode_fused): rows each of
 // their own sequence, or padding rows. False, launching nothing, for a shape it does not take (dk above 128, a conv of
 // more than 8 taps, odd dk or dv, T above 65535, T x nk above arrival_words): the caller runs the three ops. qkv: the
 // buffer the chain's conv would have written, never touched, only for the chain's own kernel choice (its alignment);
 // core [T][nv dv]: the rule's outputs, written as the chain writes them (the norm reads them back). arrivals: the
-// backend's device words, zero before the launch and left zero (the key heads' last-block counters).
+// backend's device words, zero before the launch and left zero (the key heads' last-block counters). q8, qs: as
+// fm_cuda_gdn_norm_gate's.
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
                                          const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, bool pdl,
-                                         cudaStream_t s);
+                                         unsigned *arrivals, int64_t arrival_words, void *out, uint8_t *q8, float *qs,
+                                         bool pdl, cudaStream_t s);
 
 #endif

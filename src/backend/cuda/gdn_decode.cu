@@ -69,7 +69,9 @@ static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const fl
 /* the gated RMSNorm of one head's row x (rounded rule outputs in core) by one warp, as gdn.cu's norm kernels compute
    it: norm_x4, gdn_norm_gate_bf16x4_kernel's map (lane's 4 adjacent columns, dv = 128), else the lane-strided one */
 template <typename A>
-static __device__ void norm_row(const A *x, const A *z, const A *norm_w, int dv, float eps, bool norm_x4, A *y) {
+static __device__ __forceinline__ void norm_row(const A *x, const A *z, const A *norm_w, int dv, float eps,
+                                                bool norm_x4, A *y, uint8_t *q8, float *qs, int64_t t, int h, int64_t M,
+                                                int64_t K) {
     const int lane = threadIdx.x & 31;
     float ss = 0.0f;
     if (norm_x4) {
@@ -84,9 +86,38 @@ static __device__ void norm_row(const A *x, const A *z, const A *norm_w, int dv,
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.0f / sqrtf(norm_x4 ? ss / 128.0f + eps : ss / (float)dv + eps);
-    const int e0 = norm_x4 ? 4 * lane : lane, e1 = norm_x4 ? 4 * lane + 4 : dv, step = norm_x4 ? 1 : 32;
-    for (int e = e0; e < e1; e += step)
-        act_store(y + e, act_load(norm_w[e]) * (act_load_l2(x + e) * inv) * silu_(act_load(z[e])));
+    if (!norm_x4) {
+        for (int e = lane; e < dv; e += 32)
+            act_store(y + e, act_load(norm_w[e]) * (act_load_l2(x + e) * inv) * silu_(act_load(z[e])));
+        return;
+    }
+    float o[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int e = 4 * lane + i;
+        o[i] = act_load(norm_w[e]) * (act_load_l2(x + e) * inv) * silu_(act_load(z[e]));
+        act_store(y + e, o[i]);
+    }
+    if constexpr (sizeof(A) == 2) /* bf16 rows at dv = 128: the head is a 128-group of the out projection's row */
+        if (q8)
+            gdn_quantize_head(__floats2bfloat162_rn(o[0], o[1]), __floats2bfloat162_rn(o[2], o[3]), t, h, M, K, q8, qs);
+}
+
+/* the key head kh's r value heads' rows of row t normalised, a warp a head (the last block's tail), with q8 (route
+   dense.quant=producer) each head quantized for the out projection. Out of line, so that the rule keeps its
+   registers under the bound: inline, the quantizer's code made the bf16 4-tap kernel spill 184 bytes; the call costs
+   12 bytes of saved registers there (ptxas, nvcc 13.0) */
+template <typename A>
+static __device__ __noinline__ void norm_heads(const A *core, const A *grp, const A *norm_w, fm_gdn_shape g, float eps,
+                                               bool norm_x4, A *out, uint8_t *q8, int64_t t, int kh) {
+    const int r = g.nv / g.nk, dk = g.dk, dv = g.dv;
+    const int64_t M = gridDim.z, K = (int64_t)g.nv * dv;
+    float *qs = (float *)(q8 + M * K); /* fm_qrows: the scales after the codes (K a multiple of 128 here) */
+    for (int jj = threadIdx.x >> 5; jj < r; jj += GDN_RULE_PARTS) {
+        const int64_t row = (t * g.nv + (int64_t)kh * r + jj) * dv;
+        norm_row<A>(core + row, grp + 2 * dk + r * dv + jj * dv, norm_w, dv, eps, norm_x4, out + row, q8, qs, t,
+                    kh * r + jj, M, K);
+    }
 }
 
 /* KW: the chain's conv window (4 or 8 taps: gdn_conv_window_kernel); norm_x4: the chain's norm runs
@@ -95,7 +126,7 @@ template <typename A, int KW>
 static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_decode_kernel(
     const A *qkvz, const A *ba, const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w,
     fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos,
-    bool norm_x4, unsigned *arrivals, A *core, A *out) {
+    bool norm_x4, unsigned *arrivals, A *core, A *out, uint8_t *q8) {
     __shared__ float xs[2 * DEC_MAX_DK + DEC_COLS];    /* conv outputs as rounded: q | k | the block's v columns */
     __shared__ float qk_state[KW - 1][2 * DEC_MAX_DK]; /* q and k's new conv states (the last block writes them) */
     __shared__ float part[GDN_RULE_PARTS][DEC_COLS];   /* the row groups' partial sums */
@@ -231,10 +262,7 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
             const int64_t c = ch < dk ? kh * dk + ch : key + kh * dk + (ch - dk);
             hist[(int64_t)d * C + c] = qk_state[d][ch];
         }
-    for (int jj = w; jj < r; jj += GDN_RULE_PARTS) {
-        const int64_t row = (t * g.nv + (int64_t)kh * r + jj) * dv;
-        norm_row<A>(core + row, grp + 2 * dk + r * dv + jj * dv, norm_w, dv, eps, norm_x4, out + row);
-    }
+    norm_heads<A>(core, grp, norm_w, g, eps, norm_x4, out, q8, t, kh);
 }
 
 /* the kernel for the activation type A and the conv's taps (4 or 8), the pointers typed */
@@ -242,23 +270,23 @@ template <typename A>
 static void dec_launch(dim3 grid, const void *qkvz, const void *ba, const void *conv_w, int64_t conv_ld,
                        const void *a_log, const void *dt_bias, const void *norm_w, fm_gdn_shape g, float eps,
                        float *conv_states, float *rec_states, const int32_t *tok_seq, const int32_t *tok_pos,
-                       bool norm_x4, unsigned *arrivals, void *core, void *out, bool pdl, cudaStream_t s) {
+                       bool norm_x4, unsigned *arrivals, void *core, void *out, uint8_t *q8, bool pdl, cudaStream_t s) {
     const A *z = (const A *)qkvz, *b = (const A *)ba, *cw = (const A *)conv_w;
     const A *al = (const A *)a_log, *dt = (const A *)dt_bias, *nw = (const A *)norm_w;
     if (g.kernel <= 4)
         pdl_launch(gdn_decode_kernel<A, 4>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
-                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out);
+                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out, q8);
     else
         pdl_launch(gdn_decode_kernel<A, 8>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
-                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out);
+                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out, q8);
 }
 
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
                                          const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, bool pdl,
-                                         cudaStream_t s) {
+                                         unsigned *arrivals, int64_t arrival_words, void *out, uint8_t *q8, float *qs,
+                                         bool pdl, cudaStream_t s) {
     if (g.nk < 1 || g.nv % g.nk != 0 || g.dk < 1 || g.dk > DEC_MAX_DK || g.dv < 1 || g.kernel < 1 ||
         g.kernel > DEC_MAX_KERNEL || T > 65535 || !arrivals || T * g.nk > arrival_words)
         return false;
@@ -274,10 +302,13 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     const dim3 grid((unsigned)fm_ceil_div(g.dv, DEC_COLS), (unsigned)g.nv, (unsigned)T);
     if (f32)
         dec_launch<float>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                          tok_seq, tok_pos, false, arrivals, core, out, pdl, s);
+                          tok_seq, tok_pos, false, arrivals, core, out, NULL, pdl, s);
     else
         dec_launch<bf16>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                         tok_seq, tok_pos, norm_x4, arrivals, core, out, pdl, s);
+                         tok_seq, tok_pos, norm_x4, arrivals, core, out, norm_x4 ? q8 : NULL, pdl, s);
     FM_LAUNCH_CHECK("gdn_decode_fused");
+    /* the out projection's rows where the norm's warps do not make them (heads other than 128 wide) */
+    if (q8 && !f32 && !norm_x4)
+        fm_cuda_quantize_e4m3_rows((const bf16 *)out, T, (int64_t)g.nv * g.dv, q8, qs, NULL, T, pdl, s);
     return true;
 }
