@@ -715,15 +715,7 @@ static void proj_case(fm_preset p, fm_dense dense, const char *route, int64_t M,
         for (int64_t i = 0; i < M * N; i++)
             if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
                 fail_msg("%s: output %d element %lld: fused %.9g, chain %.9g", what, o, (long long)i, f[o][i], c[o][i]);
-    if (fq) { /* the norm's warps (dv = 128) or the quantizer's launch after it: the quantizer's codes either way */
-        char wq[200];
-        snprintf(wq, sizeof wq, "%s fused", what);
-        expect_qrows(fq, f[0], d.B, d.V, wq);
-        snprintf(wq, sizeof wq, "%s chain", what);
-        expect_qrows(cq, c[0], d.B, d.V, wq);
-        free(fq), free(cq);
-    }
-    printf("  %-60s fused = chain bit for bit%s\n", what, plan.act_bf16 ? ", out_q = the quantizer's" : "");
+    printf("  %-60s fused = chain bit for bit\n", what);
     const bool fp8 = plan.w_dense == FM_W_E4M3_PT || plan.w_dense == FM_W_INT4_G128_TC; /* W8A8, W4A8 */
     const double bound = fp8 ? 5e-3 : plan.act_bf16 ? 1e-2 : 1e-5, after = fp8 ? 1e-2 : bound;
     const char *names[3] = {"projection", "residual", "norm"};
