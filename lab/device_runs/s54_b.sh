@@ -1,11 +1,11 @@
 #!/bin/bash
 # Forty-ninth session, measurements (after s54_a.sh, same packs): old = f7526e8's fp8moe-bench (the session's base),
-# new = 5685c77's (Gated DeltaNet's qkvz from the MoE block's rows). Qwen3-Next fp8 B = 1: old, new, new +
+# new = 270846b's (the Gated DeltaNet's qkvz and out projections from their producers' rows). Qwen3-Next fp8 B = 1: old, new, new +
 # gdn.decode_fused=on, that + moe.block_norm=on, then the reverse; B = 64: old, new, new + gdn.decode_fused=on and
 # back; Qwen3-30B-A3B fp8 B = 1 moe.block_norm off / on / on / off.
 set -u
 source .carry/env.sh
-[ -d s54b ] || { mkdir -p s54a s54b && tar -xJf .carry/gpu-s54a.tar.xz -C s54a && tar -xJf .carry/gpu-s54b.tar.xz -C s54b; }
+[ -d s54c ] || { mkdir -p s54a s54c && tar -xJf .carry/gpu-s54a.tar.xz -C s54a && tar -xJf .carry/gpu-s54c.tar.xz -C s54c; }
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
 R=w4a8.gemv_max_m=16,w4a8.splits=fill
@@ -15,7 +15,7 @@ b() { # label, binary, model, batch, extra routes
     --route $R$5 > $f 2>&1
   echo "== $1 B=$4 rc $? $SECONDS s: $(grep -E "^\| fp8 \| $4 \| [0-9.]+ \|" $f | head -1 | cut -c1-60)"
 }
-O=s54a/build/new; N=s54b/build/new; Q=qwen3-next-80b-a3b
+O=s54a/build/new; N=s54c/build/new; Q=qwen3-next-80b-a3b
 for v in old new gdn gdn_norm gdn_norm gdn new old; do
   case $v in old) b old $O $Q 1 "";; new) b new $N $Q 1 "";; gdn) b gdn $N $Q 1 ",gdn.decode_fused=on";;
     gdn_norm) b gdn_norm $N $Q 1 ",gdn.decode_fused=on,moe.block_norm=on";; esac
