@@ -10,7 +10,7 @@ L=$OUT/logs; mkdir -p $L
 R=w4a8.gemv_max_m=16,w4a8.splits=fill
 b() { # label, binary, model, batch, extra routes
   local f=$L/$1_$4_$SECONDS.log
-  timeout 60 $2/fp8moe-bench decode --synthetic $3 --context 2048 --presets fp8 --backend cuda --steps 32 --batch $4 \
+  timeout 45 $2/fp8moe-bench decode --synthetic $3 --context 2048 --presets fp8 --backend cuda --steps 32 --batch $4 \
     --route $R$5 > $f 2>&1
   echo "== $1 B=$4 rc $? $SECONDS s: $(grep -E "^\| fp8 \| $4 \| [0-9.]+ \|" $f | head -1 | cut -c1-60)"
 }
