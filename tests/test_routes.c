@@ -758,6 +758,25 @@ static void moe_persistent_words(void **s) {
     assert_non_null(strstr(err.msg, "moe.persistent"));
 }
 
+/* gdn.decode_fused: auto on from sm_90 unless decode.fused=off, else decode.fused's value; on and off whatever it is */
+static void gdn_decode_fused_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_fused_gdn(&r));
+    assert_int_equal(fm_routes_apply(&r, "decode.fused=off", &err), FM_OK);
+    assert_false(fm_routes_fused_gdn(&r));
+    assert_int_equal(fm_routes_apply(&r, "gdn.decode_fused=on", &err), FM_OK);
+    assert_true(fm_routes_fused_gdn(&r));
+    fm_routes_default(&r, 8);
+    assert_false(fm_routes_fused_gdn(&r));
+    assert_int_equal(fm_routes_apply(&r, "decode.fused=on", &err), FM_OK);
+    assert_true(fm_routes_fused_gdn(&r));
+    assert_int_equal(fm_routes_apply(&r, "gdn.decode_fused=off", &err), FM_OK);
+    assert_false(fm_routes_fused_gdn(&r));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -863,6 +882,7 @@ int main(void) {
         cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(moe_dispatch_words),
         cmocka_unit_test(moe_persistent_words),
+        cmocka_unit_test(gdn_decode_fused_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

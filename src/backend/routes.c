@@ -376,10 +376,10 @@ static const route_key route_keys[] = {
      "a Gated DeltaNet layer's conv update, delta rule and gated RMSNorm in one kernel (`gdn_decode_fused`, "
      "Qwen3-Next: "
      "2 launches fewer per layer at one sequence, 3 at more); `auto` fuses the MoE tail in passes of at most 64 rows "
-     "(H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with it fp8 + w8a8 lost 3.3 % at B = 8) and "
-     "the Gated DeltaNet (its first kernel, a block per key head, lost 2-3 % on the H200; the second, on the rule "
-     "kernel's grid of a block per 32 state columns, is not yet measured; `gdn.decode_fused` chooses it apart); on the "
-     "cpu backend the fused ops are their "
+     "(H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with it fp8 + w8a8 lost 3.3 % at B = 8); "
+     "the Gated DeltaNet's kernel is `gdn.decode_fused`'s to choose (its first form, a block per key head, lost 2-3 % "
+     "on the H200; the second, on the rule kernel's grid of a block per 32 state columns, won on an H100 and is its "
+     "default from sm_90); on the cpu backend the fused ops are their "
      "references, the same "
      "numbers",
      now_decode_fused},
@@ -642,16 +642,19 @@ static const route_key route_keys[] = {
      "itself from the residual and the attention's output (the add_rmsnorm kernel's arithmetic, the same bits), CTA "
      "0 writing the normed row and, once every CTA has read the residual, its sum: one launch and one dependent "
      "round trip fewer a layer. Where the block does not run, add_rmsnorm runs before the MoE as before. `auto` is "
-     "`off` until measured on a GPU; the cpu backend has one reference (add_rmsnorm, then the MoE)",
+     "`off`: on an H100 it cost fp8 decode B = 1 +3.9 % (Qwen3-30B-A3B) and +2.8 % (Qwen3-Next), the add and the norm "
+     "in every CTA before the router lengthening the block's first phase more than the launch it saves "
+     "(docs/RESULTS.md 2.43); the cpu backend has one reference (add_rmsnorm, then the MoE)",
      now_moe_block_norm},
-    {"gdn.decode_fused", FIELD(gdn_decode_fused), "auto|on|off", SWITCH_WORDS, "decode.fused's (off)",
+    {"gdn.decode_fused", FIELD(gdn_decode_fused), "auto|on|off", SWITCH_WORDS, "on from sm_90",
      "a decode step's Gated DeltaNet conv, delta rule and gated norm in one kernel, apart from decode.fused",
      "a Gated DeltaNet layer (Qwen3-Next) of a decode step runs its conv update, its recurrent delta rule and its "
      "gated RMSNorm as three kernels (four above one sequence). `on` runs them as one (`gdn_decode_fused`: a block "
      "per 32 state columns of a value head, each repeating its key head's conv, the key head's last block writing the "
      "q and k conv states and normalising its value heads' rows; the chain's bits), whatever `decode.fused` says of "
-     "the other fused ops; `off` keeps the chain. `auto` follows `decode.fused` (off by default) until measured on a "
-     "GPU; the cpu backend has one reference",
+     "the other fused ops; `off` keeps the chain. `auto` is `on` from sm_90 unless `decode.fused=off` (on an H100 "
+     "Qwen3-Next fp8 decode B = 1 -1.2 %, B = 64 -1.5 %, two rounds in ABBA order: docs/RESULTS.md 2.43), elsewhere "
+     "`decode.fused`'s value; the cpu backend has one reference",
      now_gdn_decode_fused},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
@@ -1010,9 +1013,11 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
+/* auto: on from sm_90 unless decode.fused is off (an H100: Qwen3-Next fp8 B = 1 -1.2 %, B = 64 -1.5 %, docs/RESULTS.md
+   2.43); elsewhere decode.fused's value */
 bool fm_routes_fused_gdn(const fm_routes *r) {
-    return r->gdn_decode_fused == FM_ROUTE_ON ||
-           (r->gdn_decode_fused == FM_ROUTE_AUTO && r->decode_fused == FM_ROUTE_ON);
+    if (r->gdn_decode_fused != FM_ROUTE_AUTO) return r->gdn_decode_fused == FM_ROUTE_ON;
+    return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
 
 /* auto: routed from sm_90, where it was measured with the persistent MoE block taking it (an H200: Qwen3-Next fp8

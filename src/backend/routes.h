@@ -299,7 +299,7 @@ bool fm_routes_moe_plan_slots(const fm_routes *r);
 #define FM_ROUTE_BARRIER_COUNT 2
 bool fm_routes_moe_block_barrier_count(const fm_routes *r);
 /* The residual add and the RMSNorm before a one-token MoE block inside the persistent block (route moe.block_norm:
- * router_moe's pre step; off until measured on a GPU) */
+ * router_moe's pre step; off: slower on an H100, docs/RESULTS.md 2.43) */
 bool fm_routes_moe_block_norm(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
@@ -382,7 +382,7 @@ bool fm_routes_moe_dispatch_fused(const fm_routes *r);
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);
 /* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): route gdn.decode_fused,
- * auto following decode.fused (on only when on; tested against the chain, measured under the PDL chain: not yet). */
+ * auto on from sm_90 unless decode.fused=off (measured on an H100: docs/RESULTS.md 2.43), else decode.fused's value. */
 bool fm_routes_fused_gdn(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
