@@ -51,6 +51,9 @@ typedef struct mdb_smem {
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
     __align__(16) float vals[32 * WARP_E_MAX]; // the values the top-k compares (route_warp_values)
+    float ex[32 * WARP_E_MAX];                 // softmax_topk: each candidate's exponential, for the sum's lanes
+    float wmax[MDB_WARPS];                     // the warps' maxima of the logits
+    float shared_logit;                        // the shared expert's (in the bank: the last logit)
     float2 cand[MDB_WARPS * FM_ROUTE_MAX_K];   // above 256 candidates: each warp's top k (value, index's bits)
     float sel_v[FM_ROUTE_MAX_K];
     int32_t sel_id[FM_ROUTE_MAX_K];
@@ -136,6 +139,56 @@ static __device__ __forceinline__ void pre_add_norm(const fm_moe_block_args &p, 
         for (int64_t c = threadIdx.x; c < H / 8; c += MDB_THREADS) ((uint4 *)p.pre_x)[c] = ((const uint4 *)xs)[c];
 }
 
+// The values the top-k compares (route_warp_values': the probabilities under softmax_topk, else the logits; -inf past
+// E) into vals, made by the block's 8 warps rather than one: warp w loads the experts lane + 32 i for its WE / 8 rows
+// i, i.e. the slice [4 WE w, 4 WE (w + 1)) (L2: other CTAs wrote the logits). The maximum over the block is the warp
+// code's (fmaxf in any order); each exponential goes to ex, and every warp then sums lane l's WE exponentials in the
+// warp code's order (i = 0, 1, ...) and shuffle tree, so the sum, the quotients and the picks are the router
+// kernels' bits. Warp w's slice of vals is written by warp w alone (the caller syncs as its ranking needs). With
+// shared, thread 0 loads the shared expert's logit (the E-th) beside its own and leaves it in *shared_logit (read by
+// thread 0 only), so that its round trip is the others'.
+template <int WE>
+static __device__ __forceinline__ void block_route_values(const __nv_bfloat16 *logits, int32_t E, bool softmax_topk,
+                                                          bool shared, float *vals, float *ex, float *wmax,
+                                                          float *shared_logit) {
+    constexpr int PW = WE / MDB_WARPS; /* rows i of a warp */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float v[PW];
+    float mx = -INFINITY;
+    const bool own_shared = shared && threadIdx.x == 0;
+    const float sl = own_shared ? act_load(__ldcg(logits + E)) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < PW; i++) {
+        const int e = lane + 32 * (warp * PW + i);
+        v[i] = e < E ? act_load(__ldcg(logits + e)) : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+    if (own_shared) *shared_logit = sl;
+    if (softmax_topk) {
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (lane == 0) wmax[warp] = mx;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < MDB_WARPS; w++) mx = fmaxf(mx, wmax[w]);
+#pragma unroll
+        for (int i = 0; i < PW; i++) {
+            const int e = lane + 32 * (warp * PW + i);
+            if (e < E) ex[e] = v[i] = expf(v[i] - mx);
+        }
+        __syncthreads();
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < WE; i++)
+            if (lane + 32 * i < E) sum += ex[lane + 32 * i];
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int i = 0; i < PW; i++)
+            if (lane + 32 * (warp * PW + i) < E) v[i] = v[i] / sum;
+    }
+#pragma unroll
+    for (int i = 0; i < PW; i++) vals[lane + 32 * (warp * PW + i)] = v[i];
+}
+
 // the phases' barrier: the generation barrier, or with cnt (route moe.block_barrier=count) the counting one
 static __device__ __forceinline__ void block_barrier(const fm_moe_block_args &p, unsigned long long *cnt) {
     if (cnt) grid_barrier_count(cnt);
@@ -183,14 +236,10 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
        argmax picks in round j, so the experts, their order and weights are the router's. With the shared expert in
        the bank its logit is the last, no candidate, and its pair follows the picks (finish_route) */
     const int32_t Ec = p.E - p.shared, kc = p.k - p.shared;
-    if (warp == 0) {
-        float v[WE];
-        route_warp_values<__nv_bfloat16, true, WE>(p.logits, Ec, p.softmax_topk, v);
-#pragma unroll
-        for (int i = 0; i < WE; i++) sm.vals[lane + 32 * i] = v[i]; /* -inf past Ec: never ahead of a candidate */
-    }
-    __syncthreads();
-    if (WE == 8) { /* up to 256 candidates: each thread ranks its experts among all of them */
+    block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.ex, sm.wmax, &sm.shared_logit);
+    if (WE == 8) __syncthreads(); /* every value before any thread ranks among all of them */
+    else __syncwarp();            /* a warp's slice of values is its own */
+    if (WE == 8) {                /* up to 256 candidates: each thread ranks its experts among all of them */
         for (int32_t ei = threadIdx.x; ei < Ec; ei += MDB_THREADS) {
             const float ve = sm.vals[ei];
             const int32_t rank = rank_in(sm.vals, 0, (Ec + 3) & ~3, ve, ei);
@@ -211,7 +260,8 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
             const float2 me = sm.cand[threadIdx.x];
             const int32_t ei = __float_as_int(me.y);
             int32_t rank = 0;
-            for (int32_t j = 0; j < n; j++) {
+#pragma unroll 8
+            for (int32_t j = 0; j < n; j++) { /* broadcast loads, 8 in flight */
                 const float2 o = sm.cand[j];
                 rank += o.x > me.x || (o.x == me.x && __float_as_int(o.y) < ei);
             }
@@ -222,8 +272,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     if (threadIdx.x == 0) {
         float wsel[FM_ROUTE_MAX_K];
         for (int32_t j = 0; j < kc; j++) wsel[j] = sm.sel_v[j];
-        const float shared_logit = p.shared ? act_load(__ldcg(p.logits + Ec)) : 0.0f;
-        finish_route(wsel, sm.sel_id, 0, kc, p.softmax_topk, p.norm_topk, p.shared ? Ec : -1, shared_logit, sm.ids,
+        finish_route(wsel, sm.sel_id, 0, kc, p.softmax_topk, p.norm_topk, p.shared ? Ec : -1, sm.shared_logit, sm.ids,
                      sm.w);
     }
     __syncthreads();
