@@ -112,7 +112,7 @@ static __device__ __noinline__ void norm_heads(const A *core, const A *grp, cons
                                                bool norm_x4, A *out, uint8_t *q8, int64_t t, int kh) {
     const int r = g.nv / g.nk, dk = g.dk, dv = g.dv;
     const int64_t M = gridDim.z, K = (int64_t)g.nv * dv;
-    float *qs = (float *)(q8 + M * K); /* fm_qrows: the scales after the codes (K a multiple of 128 here) */
+    float *qs = q8 ? (float *)(q8 + M * K) : NULL; /* fm_qrows: the scales after the codes (K a multiple of 128) */
     for (int jj = threadIdx.x >> 5; jj < r; jj += GDN_RULE_PARTS) {
         const int64_t row = (t * g.nv + (int64_t)kh * r + jj) * dv;
         norm_row<A>(core + row, grp + 2 * dk + r * dv + jj * dv, norm_w, dv, eps, norm_x4, out + row, q8, qs, t,
