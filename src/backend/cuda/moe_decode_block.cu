@@ -4,10 +4,11 @@
 //   0  every CTA stages x (bf16) and quantizes it to e4m3 per 128-group (quantize_group, the dispatch's arithmetic);
 //      CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh: its first
 //      round of 16-byte weight loads issued before the PDL wait)
-//   1  every CTA routes the token from the logits (L2): warp 0 makes the values the router's warp code compares,
-//      then each thread ranks its experts among all of them (rank j is round j's pick of the warp argmax; above 256
-//      candidates each warp ranks its slice first, then the warps' top k among themselves); CTA 0 writes ids and
-//      weights. A shared expert in the bank (Qwen3-Next under moe.shared=routed) is the last logit and the last pair
+//   1  every CTA routes the token from the logits (L2): its 8 warps make the values the router's warp code compares
+//      (a slice a warp, the softmax's sum in the warp code's lane order), then each thread ranks its experts among all
+//      of them (rank j is round j's pick of the warp argmax; above 256 candidates each warp ranks its slice first, then
+//      the warps' top k among themselves); CTA 0 writes ids and weights. A shared expert in the bank (Qwen3-Next under
+//      moe.shared=routed) is the last logit and the last pair
 //   2  gate|up: a "virtual CTA" is the decode GEMV's CTA for one routed expert, 8 / KS row blocks of 16 rows x KS
 //      slices of K (KS the GEMV's own: the same fp32 chains and slice sums); the CTAs walk the k x ceil(row blocks /
 //      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
@@ -231,10 +232,11 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     if (PRE && blockIdx.x == 0) /* every CTA has read acc: the residual's sum may replace it (phase 4 reads it) */
         for (int64_t c = threadIdx.x; c < H / 8; c += MDB_THREADS) ((uint4 *)p.acc)[c] = ((const uint4 *)sm.resid)[c];
 
-    /* phase 1: every CTA routes the token from the logits (through L2): warp 0 makes the values route_warp_token
-       compares, then the threads rank the candidates (descending, ties to the lower index): rank j is what the warp
-       argmax picks in round j, so the experts, their order and weights are the router's. With the shared expert in
-       the bank its logit is the last, no candidate, and its pair follows the picks (finish_route) */
+    /* phase 1: every CTA routes the token from the logits (through L2): its warps make the values route_warp_token
+       compares (block_route_values: a slice a warp, the router's bits), then the threads rank the candidates
+       (descending, ties to the lower index): rank j is what the warp argmax picks in round j, so the experts, their
+       order and weights are the router's. With the shared expert in the bank its logit is the last, no candidate, and
+       its pair follows the picks (finish_route) */
     const int32_t Ec = p.E - p.shared, kc = p.k - p.shared;
     block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.ex, sm.wmax, &sm.shared_logit);
     if (WE == 8) __syncthreads(); /* every value before any thread ranks among all of them */
