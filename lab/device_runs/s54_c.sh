@@ -14,13 +14,6 @@ MHZ=$(nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits | head 
 for m in qwen3-30b-a3b qwen3-next-80b-a3b; do
   timeout 120 $F decode --synthetic $m --batch 1 --context 2048 --presets fp8 --steps 64 > /tmp/t.log 2>&1
   echo "== $m rc $? $(grep -E '^\| fp8 \| 1 \| [0-9.]+ \|' /tmp/t.log | head -1 | cut -c1-60)"
-  grep "^mdb" /tmp/t.log | tail -2000 | python3 -c '
-import sys, statistics as st
-mhz = float(sys.argv[1])
-rows = [list(map(int, l.split()[1:])) for l in sys.stdin]
-names = ["wait", "router+x", "b1", "topk", "gate|up", "b2", "down", "b3", "tail"]
-med = [st.median(r[i] for r in rows) / mhz for i in range(len(names))]
-print("mdb", len(rows), "launches, median us:", " ".join(f"{n} {v:.2f}" for n, v in zip(names, med)), f"| sum {sum(med):.2f}")
-' $MHZ
+  grep "^mdb" /tmp/t.log | tail -2000 | python3 lab/device_runs/mdb_medians.py $MHZ
 done
 echo "== all $SECONDS s"

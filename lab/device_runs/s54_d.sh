@@ -31,14 +31,7 @@ for v in old new; do
   for m in qwen3-30b-a3b qwen3-next-80b-a3b; do
     timeout 60 $F decode --synthetic $m --batch 1 --context 2048 --presets fp8 --steps 64 --route $R > /tmp/t.log 2>&1
     echo "== mdb $v $m rc $?"
-    grep "^mdb" /tmp/t.log | tail -2000 | python3 -c '
-import sys, statistics as st
-mhz = float(sys.argv[1])
-rows = [list(map(int, l.split()[1:])) for l in sys.stdin]
-names = ["wait", "router+x", "b1", "topk", "gate|up", "b2", "down", "b3", "tail"]
-med = [st.median(r[i] for r in rows) / mhz for i in range(len(names))]
-print("mdb", len(rows), "launches, median us:", " ".join(f"{n} {v:.2f}" for n, v in zip(names, med)), f"| sum {sum(med):.2f}")
-' $MHZ
+    grep "^mdb" /tmp/t.log | tail -2000 | python3 lab/device_runs/mdb_medians.py $MHZ
   done
 done
 (cd $OUT && tar -cJf all.tar.xz logs && rm -rf logs)
