@@ -62,7 +62,8 @@ typedef struct mdb_smem {
     __nv_bfloat16 w[FM_ROUTE_MAX_K];
 } mdb_smem;
 
-// Lab only (-DMDB_TIMES, never in the library's build): CTA 0's clock at each phase boundary, printed at the end
+// Lab only (-DMDB_TIMES, never in the library's build): CTA 0's clock at each phase boundary, printed at the end, then
+// the top-k's pieces (values, the ranking(s), the sync before the finish, the finish) and the tail's quantizer
 #ifdef MDB_TIMES
 #define MDB_STAMP(i) (threadIdx.x == 0 && blockIdx.x == 0 ? (void)(stamp[i] = clock64()) : (void)0)
 #else
@@ -201,7 +202,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
                                                                                  unsigned long long *cnt) {
     __shared__ __align__(16) mdb_smem sm;
 #ifdef MDB_TIMES
-    long long stamp[10];
+    long long stamp[14];
 #endif
     MDB_STAMP(0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -241,6 +242,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.ex, sm.wmax, &sm.shared_logit);
     if (WE == 8) __syncthreads(); /* every value before any thread ranks among all of them */
     else __syncwarp();            /* a warp's slice of values is its own */
+    MDB_STAMP(10);
     if (WE == 8) {                /* up to 256 candidates: each thread ranks its experts among all of them */
         for (int32_t ei = threadIdx.x; ei < Ec; ei += MDB_THREADS) {
             const float ve = sm.vals[ei];
@@ -257,6 +259,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
             if (rank < kc) sm.cand[warp * kc + rank] = make_float2(ve, __int_as_float(ei));
         }
         __syncthreads();
+        MDB_STAMP(11);
         const int32_t n = MDB_WARPS * kc; /* <= MDB_THREADS: kc <= 32 */
         if ((int32_t)threadIdx.x < n) {
             const float2 me = sm.cand[threadIdx.x];
@@ -270,7 +273,9 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
             if (rank < kc) sm.sel_v[rank] = me.x, sm.sel_id[rank] = ei;
         }
     }
+    if (WE == 8) MDB_STAMP(11);
     __syncthreads();
+    MDB_STAMP(12);
     if (threadIdx.x == 0) {
         float wsel[FM_ROUTE_MAX_K];
         for (int32_t j = 0; j < kc; j++) wsel[j] = sm.sel_v[j];
@@ -333,6 +338,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     /* phase 4: the token's end by CTA 0 */
     if (blockIdx.x == 0) {
         combine_add_rmsnorm_row(p.y, NULL, p.weights, p.k, H, 0, p.acc, p.eps, nw, p.out);
+        MDB_STAMP(13);
         if (QOUT) {
             __syncthreads(); /* every thread's stores of out, before the warps read their groups */
             for (int64_t grp = warp; grp < (H + 127) / 128; grp += MDB_WARPS)
@@ -342,9 +348,10 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     MDB_STAMP(9);
 #ifdef MDB_TIMES
     if (threadIdx.x == 0 && blockIdx.x == 0)
-        printf("mdb %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", stamp[1] - stamp[0], stamp[2] - stamp[1],
-               stamp[3] - stamp[2], stamp[4] - stamp[3], stamp[5] - stamp[4], stamp[6] - stamp[5], stamp[7] - stamp[6],
-               stamp[8] - stamp[7], stamp[9] - stamp[8]);
+        printf("mdb %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", stamp[1] - stamp[0],
+               stamp[2] - stamp[1], stamp[3] - stamp[2], stamp[4] - stamp[3], stamp[5] - stamp[4], stamp[6] - stamp[5],
+               stamp[7] - stamp[6], stamp[8] - stamp[7], stamp[9] - stamp[8], stamp[10] - stamp[3],
+               stamp[11] - stamp[10], stamp[12] - stamp[11], stamp[4] - stamp[12], stamp[9] - stamp[13]);
 #endif
 }
 
