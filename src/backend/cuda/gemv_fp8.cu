@@ -337,7 +337,7 @@ static __device__ __noinline__ void token_tails(const fm_moe_gemv_tail tt, const
     combine_row_norm_weights(tt.norm, H, wv);
     for (int i = 0; i < n; i++) {
         if (i) __syncthreads(); /* block_sum's shared words are read by every thread before the next token's */
-        combine_add_rmsnorm_row(y, NULL, tt.weights, tt.k, H, last[i], tt.acc, tt.eps, wv, tt.out);
+        combine_add_rmsnorm_row(y, NULL, tt.weights, tt.k, H, last[i], tt.acc, tt.eps, wv, tt.out, NULL, NULL, 0);
         if (threadIdx.x == 0) tt.counters[last[i]] = 0u;
     }
 }

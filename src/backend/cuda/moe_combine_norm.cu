@@ -8,9 +8,9 @@
 // rounds to bf16 as that kernel stores, then adds, rounds, sums squares and normalises exactly as add_rmsnorm_kernel:
 // the result is the two kernels' bit for bit.
 //
-// QOUT (route dense.quant=producer): the block's warps then quantize the normed row's 128-groups with the quantizer's
-// own function (quantize_group_warp on the bf16 values just stored) into the next q|k|v projection's rows: the codes
-// and scales fm_cuda_quantize_e4m3_rows would write, without its launch.
+// QOUT (route dense.quant=producer): the normed row's 128-groups are then quantized with the quantizer's arithmetic on
+// the bf16 values just stored (from the registers that hold them, moe_combine_row.cuh) into the next q|k|v
+// projection's rows: the codes and scales fm_cuda_quantize_e4m3_rows would write, without its launch.
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe_combine_norm.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
@@ -28,13 +28,7 @@ static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_k
     combine_row_norm_weights(norm, H, wv); /* no earlier kernel's output: loaded while the down projection finishes */
     pdl_wait();
     const int64_t t = blockIdx.x;
-    combine_add_rmsnorm_row(y, slot_of, w, k, H, t, acc, eps, wv, out);
-    if (QOUT) {
-        __syncthreads(); /* every thread's stores of the row, before the warps read their groups */
-        const int64_t G = (H + 127) / 128;
-        for (int64_t grp = threadIdx.x >> 5; grp < G; grp += NORM_THREADS / 32)
-            quantize_group_warp<false>(out + t * H, H, grp, out_q + t * G * 128, out_qs, NULL, gridDim.x, t);
-    }
+    combine_add_rmsnorm_row(y, slot_of, w, k, H, t, acc, eps, wv, out, QOUT ? out_q : NULL, out_qs, gridDim.x);
 }
 
 extern "C" void fm_cuda_moe_combine_add_rmsnorm(const bf16 *y, const int32_t *slot_of, const bf16 *w, int64_t T,

@@ -6,17 +6,19 @@
 //      round of 16-byte weight loads issued before the PDL wait)
 //   1  every CTA routes the token from the logits (L2): its 8 warps make the values the router's warp code compares
 //      (a slice a warp, the softmax's sum in the warp code's lane order), then each thread ranks its experts among all
-//      of them (rank j is round j's pick of the warp argmax; above 256 candidates each warp ranks its slice first, then
-//      the warps' top k among themselves); CTA 0 writes ids and weights. A shared expert in the bank (Qwen3-Next under
+//      of them (rank j is round j's pick of the warp argmax; one 64-bit compare a pair, route_key; above 256
+//      candidates each warp ranks its slice first, then the warps' top k among themselves); warp 0's lanes make the
+//      k weights (finish_route_warp) and CTA 0 writes ids and weights. A shared expert in the bank (Qwen3-Next under
 //      moe.shared=routed) is the last logit and the last pair
 //   2  gate|up: a "virtual CTA" is the decode GEMV's CTA for one routed expert, 8 / KS row blocks of 16 rows x KS
 //      slices of K (KS the GEMV's own: the same fp32 chains and slice sums); the CTAs walk the k x ceil(row blocks /
 //      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
 //      to the h16 scratch
 //   3  down: likewise; each CTA quantizes its expert's h row (from L2) as the quantizer kernel does; y = bf16(acc)
-//   4  CTA 0: combine + residual add + RMSNorm (moe_combine_row.cuh, the fused tail's code); with QOUT (out_q: route
-//      dense.quant=producer) its warps then quantize the normed row's 128-groups for the next layer's q|k|v
-//      projection (quantize_group_warp: the quantizer kernel's function on the same bf16 values)
+//   4  CTA 0: combine (MDB_COMBINE_U routed rows' loads at once) + residual add + RMSNorm (moe_combine_row.cuh, the
+//      fused tail's code); with QOUT (out_q: route dense.quant=producer) the normed row's 128-groups for the next
+//      layer's q|k|v projection, from the registers that stored it (the quantizer's arithmetic on the same bf16
+//      values)
 // Floor (Qwen3-30B-A3B, k = 8): 0.5 MB of router rows + 8 x 1.57 MB + 8 x 0.79 MB of codes = 19.4 MB, 4.6 us at
 // 4.25 TB/s. Measured (H100, CTA 0's clock at each boundary, lab build -DMDB_TIMES, bench/NOTES.md thirty-third
 // session): ~26 us a layer, of which router 2.2, barriers 1.6 / 3.3 / 1.7, top-k 3.3, gate|up 5.3, down 5.8, tail
@@ -40,22 +42,27 @@
 #define MDB_WARPS PB_WARPS
 #define MDB_MAX_H 4096 /* the norm's row (8 NORM_CHUNKS NORM_THREADS) */
 #define MDB_MAX_I 4096 /* h's e4m3 row in shared memory */
+#define MDB_COMBINE_U 8 /* the tail's routed rows loaded at once: Qwen3-30B-A3B's k in one L2 round trip */
 static_assert(MDB_THREADS == NORM_THREADS && MDB_WARPS == RF_WARPS, "one block size for every phase");
 static_assert(MDB_MAX_H <= RF_X_SMEM, "the router's staged row holds x");
+static_assert(32 * WARP_E_MAX * 8 <= MDB_MAX_H * 2, "the keys fit where x was staged");
 
 typedef struct mdb_smem {
-    __nv_bfloat16 xr[MDB_MAX_H]; // x in bf16 for the router rows (rf_stage_rows)
+    union {
+        __nv_bfloat16 xr[MDB_MAX_H];               // phase 0: x in bf16 for the router rows (rf_stage_rows)
+        unsigned long long keys[32 * WARP_E_MAX]; // phase 1: the values as route_key (read past barrier 1 only)
+    };
     uint8_t xq[MDB_MAX_H];       // x in e4m3, 128-groups
     float xqs[MDB_MAX_H / 128];
     __align__(16) __nv_bfloat16 resid[MDB_MAX_H]; // pre_y: CTA 0's summed residual, to acc after barrier 1
     uint8_t hq[MDB_MAX_I];                        // one expert's h in e4m3
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
-    __align__(16) float vals[32 * WARP_E_MAX]; // the values the top-k compares (route_warp_values)
+    float vals[32 * WARP_E_MAX];               // the values the top-k compares (route_warp_values)
     float ex[32 * WARP_E_MAX];                 // softmax_topk: each candidate's exponential, for the sum's lanes
     float wmax[MDB_WARPS];                     // the warps' maxima of the logits
     float shared_logit;                        // the shared expert's (in the bank: the last logit)
-    float2 cand[MDB_WARPS * FM_ROUTE_MAX_K];   // above 256 candidates: each warp's top k (value, index's bits)
+    __align__(16) unsigned long long cand[MDB_WARPS * FM_ROUTE_MAX_K]; // above 256 candidates: each warp's top k keys
     float sel_v[FM_ROUTE_MAX_K];
     int32_t sel_id[FM_ROUTE_MAX_K];
     int32_t ids[FM_ROUTE_MAX_K];
@@ -70,16 +77,46 @@ typedef struct mdb_smem {
 #define MDB_STAMP(i) ((void)0)
 #endif
 
-// The rank of candidate ei (value ve) among the n values v[o0, o0 + n) (n a multiple of 4, 16-byte aligned): how
-// many come before it in the router's order (larger, or equal at a lower index)
-static __device__ __forceinline__ int32_t rank_in(const float *v, int32_t o0, int32_t n, float ve, int32_t ei) {
+// The router's order as one unsigned compare: candidate o comes before e (a larger value, or an equal one at a lower
+// index) iff route_key(v[o], o) > route_key(v[e], e). Two integer compares an element, not the float pair's four
+// instructions and the index's compare.
+static __device__ __forceinline__ unsigned long long route_key(float v, int32_t e) {
+    return (unsigned long long)route_order_key(v) << 32 | (uint32_t)~e;
+}
+
+// The rank of key me among the n keys key[o0, o0 + n) (n even, o0 even): how many come before it
+static __device__ __forceinline__ int32_t rank_key(const unsigned long long *key, int32_t o0, int32_t n,
+                                                   unsigned long long me) {
     int32_t rank = 0;
-    for (int32_t o = o0; o < o0 + n; o += 4) {
-        const float4 q = *(const float4 *)&v[o];
-        rank += (q.x > ve || (q.x == ve && o < ei)) + (q.y > ve || (q.y == ve && o + 1 < ei)) +
-                (q.z > ve || (q.z == ve && o + 2 < ei)) + (q.w > ve || (q.w == ve && o + 3 < ei));
+#pragma unroll 4
+    for (int32_t o = o0; o < o0 + n; o += 2) {
+        const ulonglong2 q = *(const ulonglong2 *)&key[o];
+        rank += (q.x > me) + (q.y > me);
     }
     return rank;
+}
+
+// finish_route's weights and pairs by warp 0's lanes, lane j the j-th pick (its division and store in parallel, not
+// thread 0's loops): every lane sums the kc picks in finish_route's order (j = 0, 1, ...), so the bits are its
+static __device__ __forceinline__ void finish_route_warp(const float *sel_v, const int32_t *sel_id, int32_t kc,
+                                                         bool softmax_topk, bool norm_topk, int32_t shared,
+                                                         float shared_logit, int32_t *ids, __nv_bfloat16 *w) {
+    const int lane = threadIdx.x & 31;
+    float wj = lane < kc ? sel_v[lane] : 0.0f;
+    if (softmax_topk) {
+        if (norm_topk) {
+            float s = 0.0f;
+            for (int32_t j = 0; j < kc; j++) s += sel_v[j];
+            wj /= s;
+        }
+    } else {
+        const float top = sel_v[0];
+        float s = 0.0f;
+        for (int32_t j = 0; j < kc; j++) s += expf(sel_v[j] - top);
+        wj = expf(wj - top) / s;
+    }
+    if (lane < kc) ids[lane] = sel_id[lane], act_store(&w[lane], wj);
+    if (shared >= 0 && lane == kc) ids[kc] = shared, act_store(&w[kc], 1.0f / (1.0f + expf(-shared_logit)));
 }
 
 // route moe.block_norm: the norm's weights into the chunks of resid this thread will read them from (and then
@@ -146,13 +183,13 @@ static __device__ __forceinline__ void pre_add_norm(const fm_moe_block_args &p, 
 // i, i.e. the slice [4 WE w, 4 WE (w + 1)) (L2: other CTAs wrote the logits). The maximum over the block is the warp
 // code's (fmaxf in any order); each exponential goes to ex, and every warp then sums lane l's WE exponentials in the
 // warp code's order (i = 0, 1, ...) and shuffle tree, so the sum, the quotients and the picks are the router
-// kernels' bits. Warp w's slice of vals is written by warp w alone (the caller syncs as its ranking needs). With
-// shared, thread 0 loads the shared expert's logit (the E-th) beside its own and leaves it in *shared_logit (read by
-// thread 0 only), so that its round trip is the others'.
+// kernels' bits. Warp w's slice of vals (and of keys, route_key) is written by warp w alone (the caller syncs as its
+// ranking needs). With shared, thread 0 loads the shared expert's logit (the E-th) beside its own and leaves it in
+// *shared_logit (for finish_route_warp, after the ranking's __syncthreads), so that its round trip is the others'.
 template <int WE>
 static __device__ __forceinline__ void block_route_values(const __nv_bfloat16 *logits, int32_t E, bool softmax_topk,
-                                                          bool shared, float *vals, float *ex, float *wmax,
-                                                          float *shared_logit) {
+                                                          bool shared, float *vals, unsigned long long *keys,
+                                                          float *ex, float *wmax, float *shared_logit) {
     constexpr int PW = WE / MDB_WARPS; /* rows i of a warp */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float v[PW];
@@ -188,7 +225,10 @@ static __device__ __forceinline__ void block_route_values(const __nv_bfloat16 *l
             if (lane + 32 * (warp * PW + i) < E) v[i] = v[i] / sum;
     }
 #pragma unroll
-    for (int i = 0; i < PW; i++) vals[lane + 32 * (warp * PW + i)] = v[i];
+    for (int i = 0; i < PW; i++) {
+        const int e = lane + 32 * (warp * PW + i);
+        vals[e] = v[i], keys[e] = route_key(v[i], e);
+    }
 }
 
 // the phases' barrier: the generation barrier, or with cnt (route moe.block_barrier=count) the counting one
@@ -214,8 +254,12 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     const uint4 *rw = (const uint4 *)(p.router_w + (int64_t)(e < p.E ? e : 0) * p.router_ld);
     uint4 wv[RF_U];
     rf_first_loads(rw, e < p.E, chunks, lane, wv);
-    float nw[NORM_CHUNKS][8];
-    if (blockIdx.x == 0) combine_row_norm_weights(p.norm, H, nw);
+    uint4 nwr[NORM_CHUNKS]; /* the tail's norm weights, bf16 until used: 8 registers held, not 16 */
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) {
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        nwr[j] = blockIdx.x == 0 && c < H ? *(const uint4 *)(p.norm + c) : make_uint4(0, 0, 0, 0);
+    }
     if (PRE) pre_norm_weights(p.pre_norm, H, sm.resid); /* before the wait, into shared memory: no registers */
     pdl_wait();
     MDB_STAMP(1);
@@ -239,49 +283,39 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
        order and weights are the router's. With the shared expert in the bank its logit is the last, no candidate, and
        its pair follows the picks (finish_route) */
     const int32_t Ec = p.E - p.shared, kc = p.k - p.shared;
-    block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.ex, sm.wmax, &sm.shared_logit);
+    block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.keys, sm.ex, sm.wmax,
+                           &sm.shared_logit);
     if (WE == 8) __syncthreads(); /* every value before any thread ranks among all of them */
     else __syncwarp();            /* a warp's slice of values is its own */
     MDB_STAMP(10);
     if (WE == 8) {                /* up to 256 candidates: each thread ranks its experts among all of them */
         for (int32_t ei = threadIdx.x; ei < Ec; ei += MDB_THREADS) {
-            const float ve = sm.vals[ei];
-            const int32_t rank = rank_in(sm.vals, 0, (Ec + 3) & ~3, ve, ei);
-            if (rank < kc) sm.sel_v[rank] = ve, sm.sel_id[rank] = ei;
+            const int32_t rank = rank_key(sm.keys, 0, (Ec + 1) & ~1, sm.keys[ei]);
+            if (rank < kc) sm.sel_v[rank] = sm.vals[ei], sm.sel_id[rank] = ei;
         }
     } else { /* more: each warp's top kc of its slice, then the 8 kc candidates ranked among themselves (any
                 expert ahead of one of the k picks is itself a pick, so a slice's picks are in its top kc) */
         constexpr int S = 32 * WE / MDB_WARPS; /* a warp's slice */
         for (int i = lane; i < S; i += 32) {
-            const int32_t ei = warp * S + i;
-            const float ve = sm.vals[ei];
-            const int32_t rank = rank_in(sm.vals, warp * S, S, ve, ei);
-            if (rank < kc) sm.cand[warp * kc + rank] = make_float2(ve, __int_as_float(ei));
+            const unsigned long long me = sm.keys[warp * S + i];
+            const int32_t rank = rank_key(sm.keys, warp * S, S, me);
+            if (rank < kc) sm.cand[warp * kc + rank] = me;
         }
         __syncthreads();
         MDB_STAMP(11);
         const int32_t n = MDB_WARPS * kc; /* <= MDB_THREADS: kc <= 32 */
-        if ((int32_t)threadIdx.x < n) {
-            const float2 me = sm.cand[threadIdx.x];
-            const int32_t ei = __float_as_int(me.y);
-            int32_t rank = 0;
-#pragma unroll 8
-            for (int32_t j = 0; j < n; j++) { /* broadcast loads, 8 in flight */
-                const float2 o = sm.cand[j];
-                rank += o.x > me.x || (o.x == me.x && __float_as_int(o.y) < ei);
-            }
-            if (rank < kc) sm.sel_v[rank] = me.x, sm.sel_id[rank] = ei;
+        if ((int32_t)threadIdx.x < n) { /* n = 8 kc: even */
+            const unsigned long long me = sm.cand[threadIdx.x];
+            const int32_t rank = rank_key(sm.cand, 0, n, me), ei = (int32_t)~(uint32_t)me;
+            if (rank < kc) sm.sel_v[rank] = sm.vals[ei], sm.sel_id[rank] = ei;
         }
     }
     if (WE == 8) MDB_STAMP(11);
     __syncthreads();
     MDB_STAMP(12);
-    if (threadIdx.x == 0) {
-        float wsel[FM_ROUTE_MAX_K];
-        for (int32_t j = 0; j < kc; j++) wsel[j] = sm.sel_v[j];
-        finish_route(wsel, sm.sel_id, 0, kc, p.softmax_topk, p.norm_topk, p.shared ? Ec : -1, sm.shared_logit, sm.ids,
-                     sm.w);
-    }
+    if (warp == 0)
+        finish_route_warp(sm.sel_v, sm.sel_id, kc, p.softmax_topk, p.norm_topk, p.shared ? Ec : -1, sm.shared_logit,
+                          sm.ids, sm.w);
     __syncthreads();
     MDB_STAMP(4);
     if (blockIdx.x == 0 && threadIdx.x < p.k)
@@ -337,13 +371,12 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
 
     /* phase 4: the token's end by CTA 0 */
     if (blockIdx.x == 0) {
-        combine_add_rmsnorm_row(p.y, NULL, p.weights, p.k, H, 0, p.acc, p.eps, nw, p.out);
+        float nw[NORM_CHUNKS][8];
+#pragma unroll
+        for (int j = 0; j < NORM_CHUNKS; j++) unpack8(nwr[j], nw[j]);
+        combine_add_rmsnorm_row<MDB_COMBINE_U>(p.y, NULL, sm.w, p.k, H, 0, p.acc, p.eps, nw, p.out,
+                                               QOUT ? p.out_q : NULL, p.out_qs, 1);
         MDB_STAMP(13);
-        if (QOUT) {
-            __syncthreads(); /* every thread's stores of out, before the warps read their groups */
-            for (int64_t grp = warp; grp < (H + 127) / 128; grp += MDB_WARPS)
-                quantize_group_warp<false>(p.out, H, grp, p.out_q, p.out_qs, NULL, 1, 0);
-        }
     }
     MDB_STAMP(9);
 #ifdef MDB_TIMES
