@@ -99,11 +99,10 @@ static __device__ __forceinline__ void quantize_chunks_e4m3(const float v[NORM_C
 // block's warps from the row stored, quantize_group_warp). U: routed rows loaded at once where H <= 8 NORM_THREADS
 // (else at most COMBINE_U).
 template <int U = COMBINE_U>
-static __device__ __forceinline__ void combine_add_rmsnorm_row(const __nv_bfloat16 *y, const int32_t *slot_of,
-                                                               const __nv_bfloat16 *w, int32_t k, int64_t H, int64_t t,
-                                                               __nv_bfloat16 *acc, float eps,
-                                                               const float wv[NORM_CHUNKS][8], __nv_bfloat16 *out,
-                                                               uint8_t *q8, float *q8s, int64_t ld_s) {
+static __device__ __forceinline__ void
+combine_add_rmsnorm_row(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int32_t k, int64_t H,
+                        int64_t t, __nv_bfloat16 *acc, float eps, const float wv[NORM_CHUNKS][8], __nv_bfloat16 *out,
+                        uint8_t *q8, float *q8s, int64_t ld_s) {
     float v[NORM_CHUNKS][8], m[NORM_CHUNKS][8];
 #pragma unroll
     for (int j = 0; j < NORM_CHUNKS; j++)

@@ -41,8 +41,8 @@
 
 #define MDB_THREADS PB_THREADS /* = NORM_THREADS (phase 4) = RF_WARPS x 32 (phase 0) */
 #define MDB_WARPS PB_WARPS
-#define MDB_MAX_H 4096 /* the norm's row (8 NORM_CHUNKS NORM_THREADS) */
-#define MDB_MAX_I 4096 /* h's e4m3 row in shared memory */
+#define MDB_MAX_H 4096  /* the norm's row (8 NORM_CHUNKS NORM_THREADS) */
+#define MDB_MAX_I 4096  /* h's e4m3 row in shared memory */
 #define MDB_COMBINE_U 8 /* the tail's routed rows loaded at once: Qwen3-30B-A3B's k in one L2 round trip */
 static_assert(MDB_THREADS == NORM_THREADS && MDB_WARPS == RF_WARPS, "one block size for every phase");
 static_assert(MDB_MAX_H <= RF_X_SMEM, "the router's staged row holds x");
@@ -50,20 +50,20 @@ static_assert(32 * WARP_E_MAX * 8 <= MDB_MAX_H * 2, "the keys fit where x was st
 
 typedef struct mdb_smem {
     union {
-        __nv_bfloat16 xr[MDB_MAX_H];               // phase 0: x in bf16 for the router rows (rf_stage_rows)
+        __nv_bfloat16 xr[MDB_MAX_H];              // phase 0: x in bf16 for the router rows (rf_stage_rows)
         unsigned long long keys[32 * WARP_E_MAX]; // phase 1: the values as route_key (read past barrier 1 only)
     };
-    uint8_t xq[MDB_MAX_H];       // x in e4m3, 128-groups
+    uint8_t xq[MDB_MAX_H]; // x in e4m3, 128-groups
     float xqs[MDB_MAX_H / 128];
     __align__(16) __nv_bfloat16 resid[MDB_MAX_H]; // pre_y: CTA 0's summed residual, to acc after barrier 1
     __align__(16) __nv_bfloat16 nws[MDB_MAX_H];   // the tail's norm weights (any CTA may run it), before the wait
     uint8_t hq[MDB_MAX_I];                        // one expert's h in e4m3
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
-    float vals[32 * WARP_E_MAX];               // the values the top-k compares (route_warp_values)
-    float ex[32 * WARP_E_MAX];                 // softmax_topk: each candidate's exponential, for the sum's lanes
-    float wmax[MDB_WARPS];                     // the warps' maxima of the logits
-    float shared_logit;                        // the shared expert's (in the bank: the last logit)
+    float vals[32 * WARP_E_MAX]; // the values the top-k compares (route_warp_values)
+    float ex[32 * WARP_E_MAX];   // softmax_topk: each candidate's exponential, for the sum's lanes
+    float wmax[MDB_WARPS];       // the warps' maxima of the logits
+    float shared_logit;          // the shared expert's (in the bank: the last logit)
     __align__(16) unsigned long long cand[MDB_WARPS * FM_ROUTE_MAX_K]; // above 256 candidates: each warp's top k keys
     float sel_v[FM_ROUTE_MAX_K];
     int32_t sel_id[FM_ROUTE_MAX_K];
@@ -191,8 +191,8 @@ static __device__ __forceinline__ void pre_add_norm(const fm_moe_block_args &p, 
 // *shared_logit (for finish_route_warp, after the ranking's __syncthreads), so that its round trip is the others'.
 template <int WE>
 static __device__ __forceinline__ void block_route_values(const __nv_bfloat16 *logits, int32_t E, bool softmax_topk,
-                                                          bool shared, float *vals, unsigned long long *keys,
-                                                          float *ex, float *wmax, float *shared_logit) {
+                                                          bool shared, float *vals, unsigned long long *keys, float *ex,
+                                                          float *wmax, float *shared_logit) {
     constexpr int PW = WE / MDB_WARPS; /* rows i of a warp */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float v[PW];
@@ -285,12 +285,11 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
        order and weights are the router's. With the shared expert in the bank its logit is the last, no candidate, and
        its pair follows the picks (finish_route) */
     const int32_t Ec = p.E - p.shared, kc = p.k - p.shared;
-    block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.keys, sm.ex, sm.wmax,
-                           &sm.shared_logit);
+    block_route_values<WE>(p.logits, Ec, p.softmax_topk, p.shared, sm.vals, sm.keys, sm.ex, sm.wmax, &sm.shared_logit);
     if (WE == 8) __syncthreads(); /* every value before any thread ranks among all of them */
     else __syncwarp();            /* a warp's slice of values is its own */
     MDB_STAMP(10);
-    if (WE == 8) {                /* up to 256 candidates: each thread ranks its experts among all of them */
+    if (WE == 8) { /* up to 256 candidates: each thread ranks its experts among all of them */
         for (int32_t ei = threadIdx.x; ei < Ec; ei += MDB_THREADS) {
             const int32_t rank = rank_key(sm.keys, 0, (Ec + 1) & ~1, sm.keys[ei]);
             if (rank < kc) sm.sel_v[rank] = sm.vals[ei], sm.sel_id[rank] = ei;
@@ -306,9 +305,9 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
         __syncthreads();
         MDB_STAMP(11);
         const int32_t n = MDB_WARPS * kc; /* <= MDB_THREADS: kc <= 32 */
-        if ((int32_t)threadIdx.x < n) { /* n = 8 kc: even */
+        if ((int32_t)threadIdx.x < n) {   /* n = 8 kc: even */
             const unsigned long long me = sm.cand[threadIdx.x];
-            const int32_t rank = rank_key(sm.cand, 0, n, me), ei = (int32_t)~(uint32_t)me;
+            const int32_t rank = rank_key(sm.cand, 0, n, me), ei = (int32_t) ~(uint32_t)me;
             if (rank < kc) sm.sel_v[rank] = sm.vals[ei], sm.sel_id[rank] = ei;
         }
     }
