@@ -99,6 +99,42 @@ static __device__ __forceinline__ int32_t rank_key(const unsigned long long *key
     return rank;
 }
 
+// A warp's top kc of its slice of 32 PW keys (lane's own at lane + 32 i, as block_route_values wrote them) into cand
+// in rank order, ranking only the slice's keys at or above T, the kc-th largest of the lanes' maxima: the kc lanes
+// with the largest maxima hold kc keys >= T, so no key below T is among the top kc, and every key ahead of one at or
+// above T is itself at or above T, so a candidate's rank among the candidates is its rank in the slice. About 2 kc
+// candidates rank among themselves, where every key ranked among all 32 PW (64 compares a lane at Qwen3-Next's 512
+// experts, before). The slice's keys are overwritten (the lanes' maxima, then the candidates) once each lane holds
+// its own in registers.
+template <int PW>
+static __device__ __forceinline__ void slice_top(unsigned long long *key, int32_t kc, unsigned long long *cand) {
+    const int lane = threadIdx.x & 31;
+    unsigned long long kv[PW], mk = 0;
+#pragma unroll
+    for (int i = 0; i < PW; i++) kv[i] = key[lane + 32 * i], mk = kv[i] > mk ? kv[i] : mk;
+    __syncwarp();
+    key[lane] = mk; /* the lanes' maxima (distinct: the index is in the key) */
+    __syncwarp();
+    const int32_t r = rank_key(key, 0, 32, mk);
+    const unsigned long long T = __shfl_sync(0xffffffffu, mk, __ffs(__ballot_sync(0xffffffffu, r == kc - 1)) - 1);
+    __syncwarp();
+    int32_t n = 0; /* the candidates, compacted in (i, lane) order */
+#pragma unroll
+    for (int i = 0; i < PW; i++) {
+        const bool c = kv[i] >= T;
+        const unsigned b = __ballot_sync(0xffffffffu, c);
+        if (c) key[n + __popc(b & ((1u << lane) - 1u))] = kv[i];
+        n += __popc(b);
+    }
+    if (lane == 0 && (n & 1)) key[n] = 0; /* rank_key takes pairs; key 0 is below every value's */
+    __syncwarp();
+    for (int32_t j = lane; j < n; j += 32) {
+        const unsigned long long me = key[j];
+        const int32_t rank = rank_key(key, 0, (n + 1) & ~1, me);
+        if (rank < kc) cand[rank] = me;
+    }
+}
+
 // finish_route's weights and pairs by warp 0's lanes, lane j the j-th pick (its division and store in parallel, not
 // thread 0's loops): every lane sums the kc picks in finish_route's order (j = 0, 1, ...), so the bits are its
 static __device__ __forceinline__ void finish_route_warp(const float *sel_v, const int32_t *sel_id, int32_t kc,
@@ -296,12 +332,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
         }
     } else { /* more: each warp's top kc of its slice, then the 8 kc candidates ranked among themselves (any
                 expert ahead of one of the k picks is itself a pick, so a slice's picks are in its top kc) */
-        constexpr int S = 32 * WE / MDB_WARPS; /* a warp's slice */
-        for (int i = lane; i < S; i += 32) {
-            const unsigned long long me = sm.keys[warp * S + i];
-            const int32_t rank = rank_key(sm.keys, warp * S, S, me);
-            if (rank < kc) sm.cand[warp * kc + rank] = me;
-        }
+        slice_top<WE / MDB_WARPS>(sm.keys + warp * (4 * WE), kc, sm.cand + warp * kc);
         __syncthreads();
         MDB_STAMP(11);
         const int32_t n = MDB_WARPS * kc; /* <= MDB_THREADS: kc <= 32 */
