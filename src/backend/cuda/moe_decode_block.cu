@@ -1,5 +1,5 @@
 // The decode MoE block for one token in one persistent launch (moe_decode_block.cuh). A grid of at most as many CTAs
-// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 47 KB of static shared memory; sized to the
+// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 35 KB of static shared memory; sized to the
 // largest phase: 192 for Qwen3-30B-A3B), phases meeting at grid barriers:
 //   0  every CTA stages x (bf16) and quantizes it to e4m3 per 128-group (quantize_group, the dispatch's arithmetic);
 //      CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh: its first
@@ -15,8 +15,7 @@
 //      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
 //      to the h16 scratch
 //   3  down: likewise; each CTA quantizes its expert's h row (from L2) as the quantizer kernel does; y = bf16(acc)
-//   4  the last CTA to arrive after phase 3 (grid_arrive_last: no CTA polls a barrier; the others leave): combine
-//      (MDB_COMBINE_U routed rows' loads at once) + residual add + RMSNorm (moe_combine_row.cuh, the
+//   4  CTA 0: combine (MDB_COMBINE_U routed rows' loads at once) + residual add + RMSNorm (moe_combine_row.cuh, the
 //      fused tail's code); with QOUT (out_q: route dense.quant=producer) the normed row's 128-groups for the next
 //      layer's q|k|v projection, from the registers that stored it (the quantizer's arithmetic on the same bf16
 //      values)
@@ -56,7 +55,6 @@ typedef struct mdb_smem {
     uint8_t xq[MDB_MAX_H]; // x in e4m3, 128-groups
     float xqs[MDB_MAX_H / 128];
     __align__(16) __nv_bfloat16 resid[MDB_MAX_H]; // pre_y: CTA 0's summed residual, to acc after barrier 1
-    __align__(16) __nv_bfloat16 nws[MDB_MAX_H];   // the tail's norm weights (any CTA may run it), before the wait
     uint8_t hq[MDB_MAX_I];                        // one expert's h in e4m3
     float hqs[MDB_MAX_I / 128];
     float red[MDB_WARPS][4][32];
@@ -69,7 +67,6 @@ typedef struct mdb_smem {
     int32_t sel_id[FM_ROUTE_MAX_K];
     int32_t ids[FM_ROUTE_MAX_K];
     __nv_bfloat16 w[FM_ROUTE_MAX_K];
-    int last; // grid_arrive_last's answer
 } mdb_smem;
 
 // Lab only (-DMDB_TIMES, never in the library's build): CTA 0's clock at each phase boundary, printed at the end, then
@@ -293,10 +290,11 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     const uint4 *rw = (const uint4 *)(p.router_w + (int64_t)(e < p.E ? e : 0) * p.router_ld);
     uint4 wv[RF_U];
     rf_first_loads(rw, e < p.E, chunks, lane, wv);
+    uint4 nwr[NORM_CHUNKS]; /* the tail's norm weights, bf16 until used: 8 registers held, not 16 */
 #pragma unroll
-    for (int j = 0; j < NORM_CHUNKS; j++) { /* the tail's norm weights into shared memory (no registers held) */
+    for (int j = 0; j < NORM_CHUNKS; j++) {
         const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
-        if (c < H) *(uint4 *)(sm.nws + c) = *(const uint4 *)(p.norm + c);
+        nwr[j] = blockIdx.x == 0 && c < H ? *(const uint4 *)(p.norm + c) : make_uint4(0, 0, 0, 0);
     }
     if (PRE) pre_norm_weights(p.pre_norm, H, sm.resid); /* before the wait, into shared memory: no registers */
     pdl_wait();
@@ -398,26 +396,17 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
         }
     }
     MDB_STAMP(7);
-    const bool last = grid_arrive_last(p.barrier, cnt, &sm.last);
+    block_barrier(p, cnt);
     MDB_STAMP(8);
-#ifdef MDB_TIMES
-    const long long tail0 = clock64();
-#endif
 
-    /* phase 4: the token's end by the last CTA to arrive (the others leave) */
-    if (last) {
+    /* phase 4: the token's end by CTA 0 */
+    if (blockIdx.x == 0) {
         float nw[NORM_CHUNKS][8];
 #pragma unroll
-        for (int j = 0; j < NORM_CHUNKS; j++) { /* this thread's own chunks: no barrier since it stored them */
-            const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
-            if (c < H) unpack8(*(const uint4 *)(sm.nws + c), nw[j]);
-        }
+        for (int j = 0; j < NORM_CHUNKS; j++) unpack8(nwr[j], nw[j]);
         combine_add_rmsnorm_row<MDB_COMBINE_U>(p.y, NULL, sm.w, p.k, H, 0, p.acc, p.eps, nw, p.out,
                                                QOUT ? p.out_q : NULL, p.out_qs, 1);
         MDB_STAMP(13);
-#ifdef MDB_TIMES
-        if (threadIdx.x == 0) printf("mdbt %lld\n", clock64() - tail0); /* the last CTA's own clock */
-#endif
     }
     MDB_STAMP(9);
 #ifdef MDB_TIMES

@@ -58,34 +58,6 @@ static __device__ __forceinline__ void grid_barrier_count(unsigned long long *cn
     __syncthreads();
 }
 
-// The last meeting of a grid whose next phase one CTA runs (the MoE block's tail): every CTA arrives as at the barriers
-// above (the count word or the generation pair, so either stays as their next launch expects), none waits, and the CTA
-// whose arrival completes the grid returns true (in every thread) and goes on: no CTA polls, so the phase starts as
-// soon as the last arrival's atomic returns, not at a poller's next load. Acquire-release as above: the others' writes
-// before their arrival are visible to the last CTA's reads through L2 (ld.cg). flag: a shared word.
-static __device__ __forceinline__ bool grid_arrive_last(unsigned *bar, unsigned long long *cnt, int *flag) {
-    __syncthreads(); /* the CTA's writes happen before thread 0's release below (cumulativity) */
-    if (threadIdx.x == 0) {
-        bool last;
-        if (cnt) {
-            unsigned long long old;
-            asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(cnt) : "memory");
-            last = (old + 1) % gridDim.x == 0;
-        } else {
-            unsigned old;
-            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(bar) : "memory");
-            last = old == gridDim.x - 1;
-            if (last) { /* as grid_barrier's last arrival: the count back to zero, the generation advanced */
-                asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(bar) : "memory");
-                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar + 1) : "memory");
-            }
-        }
-        *flag = last;
-    }
-    __syncthreads();
-    return *flag;
-}
-
 // A row of K bf16 values (L2: from global memory through L2, written by another CTA of this grid; else a row in
 // shared memory) into e4m3 codes q [G 128] and scales qs [G] in shared memory, a warp a group, as
 // quantize_rows_kernel (and the small dispatch) quantize it. Ends with __syncthreads.
