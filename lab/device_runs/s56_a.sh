@@ -5,7 +5,9 @@
 # measurement of the fiftieth session's last tree (slice_top without the last CTA's tail) as a baseline.
 #   pack: BASE=$(git rev-parse HEAD) BASE_PROGRAMS=fp8moe-bench PATCH=lab/last_cta_tail.patch \
 #         OUT=.carry/gpu-s56a.tar.xz tools/gpu-pack-ab.sh fp8moe-bench tests/gpu/test_cuda_ops_fused
-#   (main's fp8moe-bench under build/, the patched tree's programs under build/new/; the base is a full build)
+#   (main's fp8moe-bench under build/, the patched tree's programs under build/new/; the base is a full build).
+#   The fiftieth session left that pack built in .carry/gpu-s56a.tar.xz (main's sources as of 4dbaf8d, the patch on
+#   them; 8.8 MB): where .carry survived, run it as it is.
 #   carry .carry/env.sh, .carry/debs, .carry/gpu-s56a.tar.xz
 set -u
 source .carry/env.sh
