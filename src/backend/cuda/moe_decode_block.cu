@@ -23,12 +23,14 @@
 // 4.25 TB/s. Measured (H100, CTA 0's clock at each boundary, lab build -DMDB_TIMES, bench/NOTES.md thirty-third
 // session): ~26 us a layer, of which router 2.2, barriers 1.6 / 3.3 / 1.7, top-k 3.3, gate|up 5.3, down 5.8, tail
 // 3.3 (2.7 since the combine loads four routed rows at once, thirty-fourth session); against ~31 us for the six
-// launches under a graph with PDL. Tried and left: the routing's k rounds of a warp
-// argmax (4.7 us for the phase, now ranks), L2 prefetch or cp.async of the down codes during the gate|up phase (the
-// gate|up phase slows by what the down phase gains: both draw on the same DRAM), 6-8 groups in flight (spills
-// under 128 registers; 6 level), all 8 groups of a warp's slice by cp.async into 64 KB of shared memory a CTA (the
-// step level with the six launches: likely one CTA an SM, so two rounds of the gate|up phase's 192 virtual CTAs),
-// the down phase's first round cp.async'd by each CTA once its gate|up work is done, before barrier 2 (level).
+// launches under a graph with PDL; today's phases (25 us at Qwen3-30B-A3B, 27 at Qwen3-Next):
+// docs/RESULTS.md 2.45-2.46. Tried and left: the routing's k rounds of a warp argmax (4.7 us for the phase, now ranks),
+// L2 prefetch or cp.async of the down codes during the gate|up phase (the gate|up phase slows by what the down phase
+// gains: both draw on the same DRAM), 6-8 groups in flight (spills under 128 registers; 6 level), all 8 groups of a
+// warp's slice by cp.async into 64 KB of shared memory a CTA (the step level with the six launches: likely one CTA an
+// SM, so two rounds of the gate|up phase's 192 virtual CTAs), the down phase's first round cp.async'd by each CTA once
+// its gate|up work is done, before barrier 2 (level), the tail by the last CTA to arrive instead of CTA 0 after the
+// third barrier (level, lab/last_cta_tail.patch).
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
 #include "backend/cuda/moe_decode_block.cuh"
