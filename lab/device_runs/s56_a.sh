@@ -2,7 +2,8 @@
 # For the next session: is the last CTA's tail (RESULTS 2.46: the block's end ~1.1 us shorter, both GEMV phases
 # 0.5-0.9 us longer, the step level) level because of its 8 KB of staged norm weights (47 KB a CTA)? lab/last_cta_tail.patch
 # is that change with the weights loaded in the tail instead (39.8 KB, 120-124 registers, no spills). Also the first
-# measurement of the fiftieth session's last tree (slice_top without the last CTA's tail) as a baseline.
+# measurement of the fiftieth session's last tree (slice_top without the last CTA's tail) as a baseline, and
+# Qwen3-Next's per-kernel table at one token (bench/kernel_table.py: where its 3.1 ms go, launch by launch).
 #   pack: BASE=$(git rev-parse HEAD) BASE_PROGRAMS=fp8moe-bench PATCH=lab/last_cta_tail.patch \
 #         OUT=.carry/gpu-s56a.tar.xz tools/gpu-pack-ab.sh fp8moe-bench tests/gpu/test_cuda_ops_fused
 #   (main's fp8moe-bench under build/, the patched tree's programs under build/new/; the base is a full build).
@@ -29,5 +30,10 @@ for m in qwen3-next-80b-a3b qwen3-30b-a3b; do
     echo "== $m $v rc $? $SECONDS s:" $(grep -E '^\| fp8 \| [0-9]+ \| [0-9.]+ \|' $f | head -1 | cut -d'|' -f3,4)
   done
 done
+# Qwen3-Next's every kernel at B = 1 (4 layers: three Gated DeltaNet, one gated attention; H100 bandwidth), main's
+timeout 150 python3 bench/kernel_table.py run --bandwidth 3350 --csv $L/kt_next.csv -- s56a/build/fp8moe-bench decode \
+  --synthetic qwen3-next-80b-a3b --layers 4 --batch 1 --context 2048 --presets fp8 --backend cuda --warmup 2 --steps 1 \
+  > $L/kernel_table_next.md 2>&1
+echo "== kernel_table Qwen3-Next B=1 rc $? $SECONDS s"; sed -n '/per kernel/,$p' $L/kernel_table_next.md | head -30
 (cd $OUT && tar -cJf all.tar.xz logs && rm -rf logs)
 echo "== all $SECONDS s"
