@@ -79,12 +79,11 @@ static __device__ __forceinline__ void quantize_chunks_e4m3(const float v[NORM_C
             amax = fmaxf(amax, fabsf(r[e]));
         }
         for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR: quantize_group's */
+        const float scale = e4m3_group_scale(amax);
         if (!live) continue;
         uint32_t word[2] = {0u, 0u};
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            word[e >> 2] |= (uint32_t)__nv_cvt_float_to_fp8(r[e] / scale, __NV_SATFINITE, __NV_E4M3) << (8 * (e & 3));
+        for (int e = 0; e < 8; e++) word[e >> 2] |= e4m3_group_code(r[e], scale) << (8 * (e & 3));
         *(uint2 *)(q8 + c) = make_uint2(word[0], word[1]);
         if ((threadIdx.x & 15) == 0) q8s[(c / 128) * ld_s + t] = scale;
     }

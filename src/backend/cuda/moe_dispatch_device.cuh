@@ -44,17 +44,26 @@ static __device__ __forceinline__ void load_group_cg(const __nv_bfloat16 *h, int
     }
 }
 
+// a 128-group's scale from its largest magnitude, and a value's code under it: the activation quantizer's arithmetic,
+// shared by every device form that must give its bits (quantize_group, moe_combine_row.cuh's quantize_chunks_e4m3)
+static __device__ __forceinline__ float e4m3_group_scale(float amax) {
+    return fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+}
+static __device__ __forceinline__ uint32_t e4m3_group_code(float v, float scale) {
+    return (uint32_t)__nv_cvt_float_to_fp8(v / scale, __NV_SATFINITE, __NV_E4M3);
+}
+
 template <bool SUMS>
 static __device__ __forceinline__ uint32_t quantize_group(const float v[4], int64_t K, int64_t grp, float *scale_out,
                                                           float *sum_out) {
     const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+    const float scale = e4m3_group_scale(amax);
     uint32_t word = 0;
     float sum = 0.0f;
     for (int i = 0; i < 4; i++) {
-        const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
+        const uint32_t c = k + i < K ? e4m3_group_code(v[i], scale) : 0u;
         word |= c << (8 * i);
         if (SUMS) sum += e4m3_decode(c);
     }
