@@ -441,7 +441,8 @@ static void test_add_sigmoid_gated(void **state) {
 
 /* gdn_decode_fused (route decode.fused) is gdn_conv, gdn_recurrent and gdn_norm_gate in that order, bit for bit: the
  * normed rows and both states, B = 1, 3 and 64 rows each of its own sequence (slots shuffled, some at position 0, the
- * others from random states), on the fp32 plan and the bf16-rounding one (the plan the GPU ops are tested against) */
+ * others from random states), on the fp32 plan and the bf16-rounding one (the plan the GPU ops are tested against);
+ * and given the in_proj_ba matrix (route gdn.decode_ba), linear(ba_w, h) followed by that chain */
 static void test_gdn_decode_fused_is_the_chain(void **state) {
     (void)state;
     seed(75);
@@ -477,11 +478,28 @@ static void test_gdn_decode_fused_is_the_chain(void **state) {
                 be->ops->gdn_recurrent(be, qkv1, in.ba, in.A, in.dt, B, g, rec1, seq, pos, core1);
                 be->ops->gdn_norm_gate(be, core1, qkvz, nb, B, g, 1e-6f, out1, NULL);
                 /* the output into the conv's scratch, as forward.c passes it */
-                be->ops->gdn_decode_fused(be, qkvz, in.ba, cb, in.A, in.dt, nb, B, g, 1e-6f, conv2, rec2, seq, pos,
-                                          qkv2, core2, qkv2, NULL);
+                be->ops->gdn_decode_fused(be, qkvz, in.ba, NULL, NULL, cb, in.A, in.dt, nb, B, g, 1e-6f, conv2, rec2,
+                                          seq, pos, qkv2, core2, qkv2, NULL);
                 assert_memory_equal(qkv2, out1, (size_t)(B * V) * sizeof(float));
                 assert_memory_equal(conv2, conv1, (size_t)nconv * sizeof(float));
                 assert_memory_equal(rec2, rec1, (size_t)nrec * sizeof(float));
+                /* route gdn.decode_ba: given the in_proj_ba matrix, the op's b | a rows are linear(ba_w, h)'s; a second
+                   step from the states both forms now hold */
+                const int64_t H = 24, nba = 2 * (int64_t)g.nv;
+                float *hr = rand_array(B * H, 1.0f), *wba = rand_array(nba * H, 0.5f);
+                float *ba1 = nan_array(B * nba), *ba2 = nan_array(B * nba);
+                fm_bank *bab = make_bank(be, wba, nba, H);
+                be->ops->linear(be, bab, 0, hr, B, FM_A_NATIVE, ba1);
+                be->ops->gdn_conv(be, qkvz, cb, B, g, conv1, seq, pos, qkv1);
+                be->ops->gdn_recurrent(be, qkv1, ba1, in.A, in.dt, B, g, rec1, seq, pos, core1);
+                be->ops->gdn_norm_gate(be, core1, qkvz, nb, B, g, 1e-6f, out1, NULL);
+                be->ops->gdn_decode_fused(be, qkvz, ba2, bab, hr, cb, in.A, in.dt, nb, B, g, 1e-6f, conv2, rec2, seq,
+                                          pos, qkv2, core2, qkv2, NULL);
+                assert_memory_equal(qkv2, out1, (size_t)(B * V) * sizeof(float));
+                assert_memory_equal(conv2, conv1, (size_t)nconv * sizeof(float));
+                assert_memory_equal(rec2, rec1, (size_t)nrec * sizeof(float));
+                be->ops->bank_free(be, bab);
+                free(hr), free(wba), free(ba1), free(ba2);
                 rule_free(be, &in);
                 be->ops->bank_free(be, cb), be->ops->bank_free(be, nb);
                 free(qkvz), free(cw), free(nw), free(conv1), free(rec1), free(conv2), free(rec2);

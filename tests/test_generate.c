@@ -339,6 +339,15 @@ static void test_qwen3_next_decode_fused(void **state) {
     decode_same_with_routes("tests/models/qwen3-next-bf16", NULL, "decode.fused=on");
 }
 
+/* Route gdn.decode_ba on Qwen3-Next: the fused op's own in_proj_ba projection (on the cpu backend: the linear, then
+ * the chain), and gdn.early_state (a kernel's schedule: the same numbers everywhere) */
+static void test_qwen3_next_decode_ba(void **state) {
+    (void)state;
+    decode_same_with_routes("tests/models/qwen3-next-f32", "decode.fused=on",
+                            "decode.fused=on,gdn.decode_ba=on,gdn.early_state=on");
+    decode_same_with_routes("tests/models/qwen3-next-bf16", "decode.fused=on", "decode.fused=on,gdn.decode_ba=on");
+}
+
 /* Route dense.quant=producer (the default) on Qwen3-MoE against dense.quant=kernel: paged attention and the o
  * projection as one op (attention_paged_o, the chain on the cpu backend), alone (the layer's add and norm after it)
  * and with decode.fused (in it) */
@@ -405,11 +414,17 @@ static void test_golden_greedy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cached_steps_equal_prefill),    cmocka_unit_test(test_greedy_and_batches),
-        cmocka_unit_test(test_sampling_seed_and_stops),       cmocka_unit_test(test_without_cache),
-        cmocka_unit_test(test_qwen3_next_cached_steps),       cmocka_unit_test(test_qwen3_next_long_chunks),
-        cmocka_unit_test(test_qwen3_next_greedy_and_batches), cmocka_unit_test(test_qwen3_next_decode_fused),
-        cmocka_unit_test(test_dense_quant_producer_route),    cmocka_unit_test(test_golden_greedy),
+        cmocka_unit_test(test_cached_steps_equal_prefill),
+        cmocka_unit_test(test_greedy_and_batches),
+        cmocka_unit_test(test_sampling_seed_and_stops),
+        cmocka_unit_test(test_without_cache),
+        cmocka_unit_test(test_qwen3_next_cached_steps),
+        cmocka_unit_test(test_qwen3_next_long_chunks),
+        cmocka_unit_test(test_qwen3_next_greedy_and_batches),
+        cmocka_unit_test(test_qwen3_next_decode_fused),
+        cmocka_unit_test(test_qwen3_next_decode_ba),
+        cmocka_unit_test(test_dense_quant_producer_route),
+        cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,8 +50,10 @@ static void expected_ops(const fm_model *m, want_list *l) {
         const char *mixer = gdn ? "deltanet" : "attention", *ffn = L->is_moe ? "moe" : "dense";
         if (i == 0) expect(l, mixer, "attn_norm");
         if (gdn) {
-            expect(l, mixer, "in_proj (qkvz, ba)");
-            if (ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) expect(l, mixer, "conv+rule+gated norm");
+            const bool gdn_fused = ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes);
+            const bool ba_in_op = gdn_fused && fm_routes_gdn_decode_ba(&m->routes); /* route gdn.decode_ba */
+            expect(l, mixer, ba_in_op ? "in_proj (qkvz)" : "in_proj (qkvz, ba)");
+            if (gdn_fused) expect(l, mixer, ba_in_op ? "ba+conv+rule+gated norm" : "conv+rule+gated norm");
             else expect(l, mixer, "conv"), expect(l, mixer, "delta rule"), expect(l, mixer, "gated norm");
             expect(l, mixer, "out_proj");
             expect(l, mixer, "add_norm");
@@ -181,11 +183,13 @@ static void test_qwen3_next(void **state) {
     profile_model("tests/models/qwen3-next-f32", NULL);
 }
 
-/* route decode.fused: the Gated DeltaNet's conv, rule and gated norm as one op (one row), the o projection with its
- * add and norm, the MoE tails that have no shared expert; dense.quant=kernel: the attention and o_proj apart */
+/* route decode.fused: the Gated DeltaNet's conv, rule and gated norm as one op (one row; with gdn.decode_ba its ba
+ * projection too), the o projection with its add and norm, the MoE tails that have no shared expert;
+ * dense.quant=kernel: the attention and o_proj apart */
 static void test_fused_routes(void **state) {
     (void)state;
     profile_model("tests/models/qwen3-next-f32", "decode.fused=on");
+    profile_model("tests/models/qwen3-next-f32", "decode.fused=on,gdn.decode_ba=on");
     profile_model("tests/models/qwen3-moe-f32", "decode.fused=on");
     profile_model("tests/models/qwen3-moe-f32", "dense.quant=kernel");
     profile_model("tests/models/qwen3-moe-f32", "dense.quant=kernel,decode.fused=on");

@@ -777,6 +777,23 @@ static void gdn_decode_fused_words(void **s) {
     assert_false(fm_routes_fused_gdn(&r));
 }
 
+/* gdn.decode_ba and gdn.early_state: off by default (not yet measured on a GPU), on and off as written */
+static void gdn_decode_ba_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_gdn_decode_ba(&r));
+    assert_false(fm_routes_gdn_early_state(&r));
+    assert_int_equal(fm_routes_apply(&r, "gdn.decode_ba=on,gdn.early_state=on", &err), FM_OK);
+    assert_true(fm_routes_gdn_decode_ba(&r));
+    assert_true(fm_routes_gdn_early_state(&r));
+    assert_int_equal(fm_routes_apply(&r, "gdn.decode_ba=off", &err), FM_OK);
+    assert_false(fm_routes_gdn_decode_ba(&r));
+    assert_int_equal(fm_routes_apply(&r, "gdn.early_state=fused", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "gdn.early_state"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -883,6 +900,7 @@ int main(void) {
         cmocka_unit_test(moe_dispatch_words),
         cmocka_unit_test(moe_persistent_words),
         cmocka_unit_test(gdn_decode_fused_words),
+        cmocka_unit_test(gdn_decode_ba_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

@@ -493,11 +493,14 @@ typedef struct fm_backend_ops {
      * or, where the ops take them (cuda: gdn.cuh), a padding row (row 0's sequence and position again, no state
      * changed, its output finite and meaningless); the cpu backend stops on two rows of one sequence. It may keep the
      * conv output and the rule's output on chip: qkv [T, C] and core [T, nv dv] are scratch, left unspecified; out
-     * may be qkv. out_q: as gdn_norm_gate's. NULL where a backend has none. */
-    void (*gdn_decode_fused)(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv,
-                             const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
-                             fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
-                             const void *tok_pos, void *qkv, void *core, void *out, void *out_q);
+     * may be qkv. out_q: as gdn_norm_gate's. ba_w (NULL: ba holds the rows' b | a values): the in_proj_ba matrix [2 nv,
+     * H]; then the op first computes ba = h ba_w^T from the normed rows h [T, H] (route gdn.decode_ba), as
+     * linear(ba_w, h) would up to its order of summation, and ba is scratch it may leave unwritten. NULL where a
+     * backend has none. */
+    void (*gdn_decode_fused)(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *ba_w, const void *h,
+                             const fm_bank *conv, const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm,
+                             int64_t T, fm_gdn_shape g, float eps, void *conv_states, void *rec_states,
+                             const void *tok_seq, const void *tok_pos, void *qkv, void *core, void *out, void *out_q);
 } fm_backend_ops;
 
 struct fm_backend {

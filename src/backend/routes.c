@@ -130,6 +130,12 @@ static void now_moe_block_norm(const fm_routes *r, char *b, size_t n) {
 static void now_gdn_decode_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_fused_gdn(r) ? "one kernel" : "conv, rule, gated norm");
 }
+static void now_gdn_decode_ba(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_gdn_decode_ba(r) ? "in gdn_decode_fused" : "a linear launch");
+}
+static void now_gdn_early_state(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_gdn_early_state(r)));
+}
 static void now_moe_block_barrier(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_block_barrier_count(r) ? "count" : "generation");
 }
@@ -656,6 +662,23 @@ static const route_key route_keys[] = {
      "Qwen3-Next fp8 decode B = 1 -1.2 %, B = 64 -1.5 %, two rounds in ABBA order: docs/RESULTS.md 2.43), elsewhere "
      "`decode.fused`'s value; the cpu backend has one reference",
      now_gdn_decode_fused},
+    {"gdn.decode_ba", FIELD(gdn_decode_ba), "auto|on|off", SWITCH_WORDS, "off",
+     "a decode step's Gated DeltaNet in_proj_ba projection inside the fused GDN kernel",
+     "a Gated DeltaNet layer's two small projections of the normed rows, in_proj_qkvz and in_proj_ba (two rows a value "
+     "head, bf16), run as two launches: the qkvz GEMV, then a cuBLAS GEMM for ba, which takes no part in PDL. `on` "
+     "drops the second: the fused decode kernel (`gdn.decode_fused`) computes its value head's b and a rows itself "
+     "before its PDL wait (the weights, and the normed row, written two launches back, through L2), in a fixed order "
+     "that the op test repeats on the host, rounded as the linear's output is. Rows whose hidden size is not a "
+     "multiple of 8 keep the linear. `auto` is `off` until measured on the GPU; the cpu backend has one reference (the "
+     "linear, then the op)",
+     now_gdn_decode_ba},
+    {"gdn.early_state", FIELD(gdn_early_state), "auto|on|off", SWITCH_WORDS, "off",
+     "the fused GDN decode kernel's recurrent state loads before its PDL wait",
+     "the fused Gated DeltaNet decode kernel (`gdn.decode_fused`) reads its 32 state columns of a value head (64 KB a "
+     "head and sequence at Qwen3-Next) after its PDL wait, while its conv runs. A decode step's state was written by "
+     "this layer's kernel in an earlier step, many launches back, so `on` issues those loads (through L2) before the "
+     "wait, beside the qkvz projection's end. The same bits either way. `auto` is `off` until measured on the GPU",
+     now_gdn_early_state},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -1018,6 +1041,16 @@ bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_R
 bool fm_routes_fused_gdn(const fm_routes *r) {
     if (r->gdn_decode_fused != FM_ROUTE_AUTO) return r->gdn_decode_fused == FM_ROUTE_ON;
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && r->sm_major >= 9);
+}
+
+/* auto: off, both, until a GPU run measures them (bench/NOTES.md, fifty-first session) */
+#define GDN_DECODE_BA_BY_DEFAULT false
+bool fm_routes_gdn_decode_ba(const fm_routes *r) {
+    return r->gdn_decode_ba == FM_ROUTE_ON || (r->gdn_decode_ba == FM_ROUTE_AUTO && GDN_DECODE_BA_BY_DEFAULT);
+}
+#define GDN_EARLY_STATE_BY_DEFAULT false
+bool fm_routes_gdn_early_state(const fm_routes *r) {
+    return r->gdn_early_state == FM_ROUTE_ON || (r->gdn_early_state == FM_ROUTE_AUTO && GDN_EARLY_STATE_BY_DEFAULT);
 }
 
 /* auto: routed from sm_90, where it was measured with the persistent MoE block taking it (an H200: Qwen3-Next fp8

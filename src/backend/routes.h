@@ -133,6 +133,8 @@ typedef struct fm_routes {
     int32_t moe_block_barrier; /* moe.block_barrier: FM_ROUTE_BARRIER_GENERATION or _COUNT (auto: 0, count) */
     int32_t moe_block_norm;    /* moe.block_norm: fm_route_switch */
     int32_t gdn_decode_fused;  /* gdn.decode_fused: fm_route_switch (auto: decode.fused's) */
+    int32_t gdn_decode_ba;     /* gdn.decode_ba: fm_route_switch */
+    int32_t gdn_early_state;   /* gdn.early_state: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -384,6 +386,13 @@ bool fm_routes_fused_o_proj(const fm_routes *r);
 /* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): route gdn.decode_fused,
  * auto on from sm_90 unless decode.fused=off (measured on an H100: docs/RESULTS.md 2.43), else decode.fused's value. */
 bool fm_routes_fused_gdn(const fm_routes *r);
+/* The fused Gated DeltaNet decode op computes its rows' in_proj_ba projection itself (route gdn.decode_ba), from the
+ * normed rows before its PDL wait, where a cuBLAS GEMM launch ran between the qkvz projection and it; auto off until
+ * measured on the GPU (bench/NOTES.md, fifty-first session). */
+bool fm_routes_gdn_decode_ba(const fm_routes *r);
+/* The fused Gated DeltaNet decode kernel loads its recurrent state columns before its PDL wait (route
+ * gdn.early_state): the state was written by an earlier step's kernel, many launches back; auto off until measured. */
+bool fm_routes_gdn_early_state(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
  * decode batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms (bench/NOTES.md 2026-12-02, "a side stream in the

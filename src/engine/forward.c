@@ -320,23 +320,28 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     float *conv = cached ? (float *)kv->gdn_conv + (size_t)gdn * kv->pool.max_seqs * fm_gdn_conv_state_elems(g) : NULL;
     float *rec = cached ? (float *)kv->gdn_rec + (size_t)gdn * kv->pool.max_seqs * fm_gdn_rec_state_elems(g) : NULL;
     const int64_t H = c->hidden_size, nvdv = (int64_t)g.nv * g.dv;
+    const bool fused = attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes);
+    /* route gdn.decode_ba: the fused op computes the ba projection itself (b.gates its scratch) */
+    const bool ba_in_op = fused && fm_routes_gdn_decode_ba(&m->routes);
+    const double ba_bytes = fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv);
     if (h_rows) ops->linear_rows(be, L->gdn_qkvz, 0, b.h, b.hq, T, m->plan.a_dense, b.proj);
     else ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
-    ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
-    op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
-            fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
-                fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv));
+    if (!ba_in_op) ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
+    op_mark(tm, FM_STAGE_ATTN_PROJ, ba_in_op ? "in_proj (qkvz)" : "in_proj (qkvz, ba)",
+            fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) + (ba_in_op ? 0.0 : ba_bytes));
     /* route dense.quant=producer: the gated norm's kernel also quantizes its rows for the out projection (b.hq: the
        qkvz projection above has read the rows it held) */
     const bool out_rows = ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
                           m->plan.a_dense == FM_A_E4M3_G128 && ops->act_size == 2;
     void *out_q = out_rows ? b.hq : NULL;
-    if (attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) {
+    if (fused) {
         /* route gdn.decode_fused: the conv, the rule and the gated norm of a decode step's rows as one op */
-        ops->gdn_decode_fused(be, b.proj, b.gates, L->gdn_conv, L->gdn_a_log, L->gdn_dt_bias, L->gdn_norm, T, g,
-                              c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos, b.qkv, b.att, b.qkv, out_q);
+        ops->gdn_decode_fused(be, b.proj, b.gates, ba_in_op ? L->gdn_ba : NULL, b.h, L->gdn_conv, L->gdn_a_log,
+                              L->gdn_dt_bias, L->gdn_norm, T, g, c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos,
+                              b.qkv, b.att, b.qkv, out_q);
         dump(be, "gdn_decode", l, b.qkv, T * nvdv);
-        op_mark(tm, FM_STAGE_GDN, "conv+rule+gated norm", fm_op_bytes_gdn_decode_fused(m, l, T));
+        op_mark(tm, FM_STAGE_GDN, ba_in_op ? "ba+conv+rule+gated norm" : "conv+rule+gated norm",
+                fm_op_bytes_gdn_decode_fused(m, l, T) + (ba_in_op ? ba_bytes : 0.0));
     } else {
         const bool paged = attn == FM_ATTN_PAGED || attn == FM_ATTN_DECODE;
         ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL,

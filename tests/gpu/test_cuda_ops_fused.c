@@ -37,7 +37,9 @@
  *   3 padding rows); every third sequence fresh; dk 256 (above the kernel's 128: the chain, through the same op);
  *   the fused op twice on one backend (its per key head counters were reset by the first launch); in bf16 both
  *   also with out_q (the rows quantized for the out projection: by the norm's warps at dv = 128, else by the
- *   quantizer's launch) against the CPU's quantizer of the rows they returned.
+ *   quantizer's launch) against the CPU's quantizer of the rows they returned. With the in_proj_ba matrix (route
+ *   gdn.decode_ba) the kernel's own b | a rows against the chain fed the host's sums in its order, bit for bit, at
+ *   hidden sizes 2048 and 40, with and without gdn.early_state; 36 and dk 256 through the linear op first.
  * Runs only where a GPU is present (make test-gpu); tools/gpu-check.sh runs it, and under compute-sanitizer. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -882,15 +884,18 @@ static void test_linear_add_rmsnorm_other_formats(void **s) {
  * generate.c pads a graph's bucket). */
 typedef struct gdn_step {
     fm_gdn_shape g;
-    int64_t B, n, slots, C, W, V;
+    int64_t B, n, slots, C, W, V, H;
     float *qkvz, *ba, *conv_w, *a_log, *dt, *norm, *conv_st, *rec_st;
+    float *h, *wba; /* the normed rows [B][H] and the in_proj_ba matrix [2 nv][H] (route gdn.decode_ba) */
     int32_t seq[72], pos[72];
 } gdn_step;
 
-static gdn_step make_step(fm_gdn_shape g, int64_t n, int64_t pad) {
-    gdn_step d = {.g = g, .B = n + pad, .n = n, .slots = n + 3};
+static gdn_step make_step(fm_gdn_shape g, int64_t n, int64_t pad, int64_t H) {
+    gdn_step d = {.g = g, .B = n + pad, .n = n, .slots = n + 3, .H = H};
     d.C = fm_gdn_channels(g), d.W = fm_gdn_qkvz_width(g), d.V = (int64_t)g.nv * g.dv;
     d.qkvz = rand_array(d.B * d.W, 1.0f), d.ba = rand_array(d.B * 2 * g.nv, 2.0f);
+    /* b and a of a spread like ba's above (the sum of H products of a weight within 6 / sqrt(H): ~2) */
+    d.h = rand_array(d.B * H, 1.0f), d.wba = rand_array(2 * (int64_t)g.nv * H, 6.0f / sqrtf((float)H));
     d.conv_w = rand_array(d.C * g.kernel, 0.5f), d.norm = rand_array(g.dv, 1.0f);
     d.a_log = rand_array(g.nv, 1.0f), d.dt = rand_array(g.nv, 1.0f);
     d.conv_st = rand_array(d.slots * fm_gdn_conv_state_elems(g), 1.0f);
@@ -902,13 +907,49 @@ static gdn_step make_step(fm_gdn_shape g, int64_t n, int64_t pad) {
         d.seq[t] = d.seq[0], d.pos[t] = d.pos[0];
         memcpy(d.qkvz + t * d.W, d.qkvz, (size_t)d.W * sizeof(float));
         memcpy(d.ba + t * 2 * g.nv, d.ba, (size_t)(2 * g.nv) * sizeof(float));
+        memcpy(d.h + t * H, d.h, (size_t)H * sizeof(float));
     }
     return d;
 }
 
 static void free_step(gdn_step *d) {
     free(d->qkvz), free(d->ba), free(d->conv_w), free(d->norm), free(d->a_log), free(d->dt);
-    free(d->conv_st), free(d->rec_st);
+    free(d->conv_st), free(d->rec_st), free(d->h), free(d->wba);
+}
+
+/* The fused kernel's b | a rows (gdn_decode.cu's ba_dots, route gdn.decode_ba) on the host, in its order: of the
+ * kernel's 128 threads (DEC_THREADS), thread tid sums the elements c * 1024 + 8 tid + i (c = 0, 1, ..., i = 0..7) by
+ * fmaf from 0; each warp's 32 sums are added by the xor butterfly over lane distances 16, 8, 4, 2, 1; the 4 warps'
+ * in order from 0. h and the weights as the GPU holds them (bf16-rounded on a bf16 plan); the sums are rounded to the
+ * activation type on upload, as the kernel rounds them. */
+static float *host_ba(const gdn_step *d, bool bf16) {
+    const int64_t H = d->H, nba = 2 * (int64_t)d->g.nv;
+    float *h = malloc((size_t)(d->B * H) * sizeof *h), *w = malloc((size_t)(nba * H) * sizeof *w);
+    float *ba = malloc((size_t)(d->B * nba) * sizeof *ba);
+    memcpy(h, d->h, (size_t)(d->B * H) * sizeof *h), memcpy(w, d->wba, (size_t)(nba * H) * sizeof *w);
+    if (bf16) fm_round_bf16_array(h, d->B * H), fm_round_bf16_array(w, nba * H);
+    for (int64_t t = 0; t < d->B; t++)
+        for (int64_t k = 0; k < nba; k++) {
+            float total = 0.0f;
+            for (int warp = 0; warp < 4; warp++) {
+                float v[32], nv[32];
+                for (int lane = 0; lane < 32; lane++) {
+                    const int64_t tid = warp * 32 + lane;
+                    float acc = 0.0f;
+                    for (int64_t e = 8 * tid; e < H; e += 8 * 128)
+                        for (int i = 0; i < 8; i++) acc = fmaf(w[k * H + e + i], h[t * H + e + i], acc);
+                    v[lane] = acc;
+                }
+                for (int o = 16; o > 0; o >>= 1) {
+                    for (int lane = 0; lane < 32; lane++) nv[lane] = v[lane] + v[lane ^ o];
+                    memcpy(v, nv, sizeof v);
+                }
+                total += v[0];
+            }
+            ba[t * nba + k] = total;
+        }
+    free(h), free(w);
+    return ba;
 }
 
 static void *upload_states(fm_backend *be, const float *x, int64_t n) {
@@ -925,17 +966,24 @@ static float *fetch_states(fm_backend *be, void *p, int64_t n) {
     return h;
 }
 
+/* where a run's b | a rows come from: the given ones (ba_rows), the op's own projection of h (fused only, route
+   gdn.decode_ba), or the linear op on the backend before the op or chain */
+typedef enum { BA_GIVEN, BA_IN_OP, BA_LINEAR } ba_source;
+
 /* The step's first `rows` rows on backend be, fused or as the chain; returns the normed rows and both states, and
    with q_out the rows' out_q (fm_qrows, for the out projection: dense.quant=producer) */
-static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused, float **out, float **conv_st,
-                    float **rec_st, uint8_t **q_out) {
+static void run_gdn_ba(fm_backend *be, const gdn_step *d, int64_t rows, bool fused, ba_source src, const float *ba_rows,
+                       float **out, float **conv_st, float **rec_st, uint8_t **q_out) {
     const fm_gdn_shape g = d->g;
     const int64_t nc = d->slots * fm_gdn_conv_state_elems(g), nr = d->slots * fm_gdn_rec_state_elems(g);
     fm_bank *cb = gpu_bank(be, d->conv_w, 1, d->C, g.kernel, be->plan.w_other, false);
     fm_bank *al = gpu_bank(be, d->a_log, 1, 1, g.nv, be->plan.w_other, false);
     fm_bank *dt = gpu_bank(be, d->dt, 1, 1, g.nv, be->plan.w_other, false);
     fm_bank *nb = gpu_bank(be, d->norm, 1, 1, g.dv, be->plan.w_other, false);
-    void *zd = gpu_upload(be, d->qkvz, rows * d->W), *bad = gpu_upload(be, d->ba, rows * 2 * g.nv);
+    void *zd = gpu_upload(be, d->qkvz, rows * d->W), *bad = gpu_upload(be, ba_rows, rows * 2 * g.nv);
+    fm_bank *bab = src != BA_GIVEN ? gpu_bank(be, d->wba, 1, 2 * (int64_t)g.nv, d->H, be->plan.w_other, false) : NULL;
+    void *hd = src != BA_GIVEN ? gpu_upload(be, d->h, rows * d->H) : NULL;
+    if (src == BA_LINEAR) be->ops->linear(be, bab, 0, hd, rows, FM_A_NATIVE, bad);
     void *cs = upload_states(be, d->conv_st, nc), *rs = upload_states(be, d->rec_st, nr);
     void *sd = be->ops->alloc(be, (size_t)rows * sizeof(int32_t)), *pd = be->ops->alloc(be, (size_t)rows * 4);
     be->ops->upload_ids(be, d->seq, rows, sd), be->ops->upload_ids(be, d->pos, rows, pd);
@@ -945,7 +993,8 @@ static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused,
     const size_t qbytes = fm_qrows_bytes(rows, d->V);
     void *hq = q_out ? be->ops->alloc(be, qbytes) : NULL;
     if (fused) {
-        be->ops->gdn_decode_fused(be, zd, bad, cb, al, dt, nb, rows, g, 1e-6f, cs, rs, sd, pd, qkv, core, o, hq);
+        be->ops->gdn_decode_fused(be, zd, bad, src == BA_IN_OP ? bab : NULL, hd, cb, al, dt, nb, rows, g, 1e-6f, cs, rs,
+                                  sd, pd, qkv, core, o, hq);
     } else {
         be->ops->gdn_conv(be, zd, cb, rows, g, cs, sd, pd, qkv);
         be->ops->gdn_recurrent(be, qkv, bad, al, dt, rows, g, rs, sd, pd, core);
@@ -960,7 +1009,13 @@ static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused,
     *conv_st = fetch_states(be, cs, nc), *rec_st = fetch_states(be, rs, nr);
     be->ops->free(be, zd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
     be->ops->free(be, qkv), be->ops->free(be, core);
+    if (bab) be->ops->bank_free(be, bab), be->ops->free(be, hd);
     be->ops->bank_free(be, cb), be->ops->bank_free(be, al), be->ops->bank_free(be, dt), be->ops->bank_free(be, nb);
+}
+
+static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused, float **out, float **conv_st,
+                    float **rec_st, uint8_t **q_out) {
+    run_gdn_ba(be, d, rows, fused, BA_GIVEN, d->ba, out, conv_st, rec_st, q_out);
 }
 
 static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad) {
@@ -971,7 +1026,7 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
     if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
     assert_non_null(gpu->ops->gdn_decode_fused);
-    gdn_step d = make_step(g, n, pad);
+    gdn_step d = make_step(g, n, pad, 8);
     const int64_t nc = d.slots * fm_gdn_conv_state_elems(g), nr = d.slots * fm_gdn_rec_state_elems(g);
     float *f[3], *c[3], *r[3];      /* output, conv states, recurrent states: fused GPU, chain GPU, CPU reference */
     float *f2[3];                   /* the fused op again on the same backend: its arrival counters were left zero */
@@ -1015,6 +1070,57 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
 }
 
+/* Route gdn.decode_ba: the fused op given the in_proj_ba matrix and the normed rows h [B][H]. Where the kernel takes
+ * the projection (H a multiple of 8: fm_cuda_gdn_ba_fits) against the chain fed host_ba's rows (the kernel's order),
+ * else (the linear op, then the kernel) against the chain after the same linear op; bit for bit either way, the
+ * fused op twice. With early (route gdn.early_state) the state loads before the PDL wait. Against the CPU (the
+ * linear, then the chain) with the bounds above. */
+static void gdn_decode_ba_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad, int64_t H, bool early) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    fm_backend *cpu = NULL, *gpu = NULL;
+    char routes[512];
+    const char *base = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%sgdn.early_state=%s", base ? base : "", base ? "," : "", early ? "on" : "off");
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, routes, &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    gdn_step d = make_step(g, n, pad, H);
+    const bool in_kernel = H % 8 == 0 && g.dk <= 128; /* the kernel takes the projection and the shape */
+    float *ref_ba = in_kernel ? host_ba(&d, plan.act_bf16) : NULL;
+    const int64_t nc = d.slots * fm_gdn_conv_state_elems(g), nr = d.slots * fm_gdn_rec_state_elems(g);
+    float *f[3], *f2[3], *c[3], *r[3];
+    run_gdn_ba(gpu, &d, d.B, true, BA_IN_OP, d.ba, &f[0], &f[1], &f[2], NULL);
+    run_gdn_ba(gpu, &d, d.B, true, BA_IN_OP, d.ba, &f2[0], &f2[1], &f2[2], NULL);
+    run_gdn_ba(gpu, &d, d.B, false, in_kernel ? BA_GIVEN : BA_LINEAR, in_kernel ? ref_ba : d.ba, &c[0], &c[1], &c[2],
+               NULL);
+    run_gdn_ba(cpu, &d, d.n, true, BA_IN_OP, d.ba, &r[0], &r[1], &r[2], NULL);
+    char what[200];
+    snprintf(what, sizeof what, "gdn_decode_fused + ba (%s) %s nk=%d nv=%d H=%lld B=%lld (%lld padding)%s",
+             in_kernel ? "in the kernel" : "the linear op", plan.act_bf16 ? "bf16" : "fp32", g.nk, g.nv, (long long)H,
+             (long long)d.B, (long long)pad, early ? ", early state" : "");
+    const int64_t len[3] = {d.B * d.V, nc, nr}, ref_len[3] = {d.n * d.V, nc, nr};
+    const char *names[3] = {"output", "conv states", "recurrent states"};
+    const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
+    for (int o = 0; o < 3; o++) {
+        for (int64_t i = 0; i < len[o]; i++) {
+            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, names[o], (long long)i, f[o][i], c[o][i]);
+            if (memcmp(&f2[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, names[o], (long long)i,
+                         f2[o][i], c[o][i]);
+        }
+        char w2[260];
+        snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
+        gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
+        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
+    }
+    printf("  %-60s fused = chain bit for bit\n", what);
+    free(ref_ba);
+    free_step(&d);
+    gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
+}
+
 static void test_gdn_decode_fused(void **s) {
     (void)s;
     const fm_gdn_shape qnext = {16, 32, 128, 128, 4}, small = {2, 4, 16, 12, 4}, tied = {1, 3, 8, 10, 3};
@@ -1027,6 +1133,16 @@ static void test_gdn_decode_fused(void **s) {
     }
     const fm_gdn_shape wide = {2, 4, 256, 128, 4}; /* dk above the fused kernel's: the chain, through the same op */
     gdn_decode_case(FM_PRESET_REF, wide, 3, 1);
+    /* route gdn.decode_ba: Qwen3-Next's hidden size 2048 (two 8-element chunks a thread), 40 (threads past the row
+       add nothing), 36 (the linear op first); with and without the early state loads */
+    for (int i = 0; i < 4; i++)
+        for (int early = 0; early < 2; early++) {
+            gdn_decode_ba_case(FM_PRESET_REF, qnext, rows[i][0], rows[i][1], 2048, early);
+            gdn_decode_ba_case(FM_PRESET_REF32, qnext, rows[i][0], rows[i][1], 2048, early);
+            gdn_decode_ba_case(FM_PRESET_REF, small, rows[i][0], rows[i][1], 40, early);
+        }
+    gdn_decode_ba_case(FM_PRESET_REF, small, 3, 1, 36, false);
+    gdn_decode_ba_case(FM_PRESET_REF, wide, 3, 1, 2048, true); /* the chain: the linear op, then the three ops */
 }
 
 int main(int argc, char **argv) {

@@ -49,11 +49,12 @@ static void check_decode_rows(const int32_t *seq, int64_t T) {
             }
 }
 
-void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
-                          const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
-                          void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,
-                          void *core, void *out, void *out_q) {
+void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *ba_w, const void *h,
+                          const fm_bank *conv, const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm,
+                          int64_t T, fm_gdn_shape g, float eps, void *conv_states, void *rec_states,
+                          const void *tok_seq, const void *tok_pos, void *qkv, void *core, void *out, void *out_q) {
     check_decode_rows((const int32_t *)tok_seq, T);
+    if (ba_w) cpu_linear(be, ba_w, 0, h, T, FM_A_NATIVE, (void *)ba); /* the projection the caller left to the op */
     cpu_gdn_conv(be, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
     cpu_gdn_recurrent(be, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
     cpu_gdn_norm_gate(be, core, qkvz, norm, T, g, eps, out, out_q);

@@ -96,10 +96,10 @@ bool cpu_attention_paged_o(fm_backend *be, bool runs, const void *qkv, int64_t T
                            const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
                            int64_t max_len, void *scratch, void *att, const fm_bank *o, fm_afmt afmt, void *y,
                            void *acc, const fm_bank *norm, float eps, void *out);
-void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
-                          const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
-                          void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,
-                          void *core, void *out, void *out_q);
+void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *ba_w, const void *h,
+                          const fm_bank *conv, const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm,
+                          int64_t T, fm_gdn_shape g, float eps, void *conv_states, void *rec_states,
+                          const void *tok_seq, const void *tok_pos, void *qkv, void *core, void *out, void *out_q);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, const void *bias, const void *mask, void *z, void *ids,
                 void *info);

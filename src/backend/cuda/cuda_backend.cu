@@ -893,19 +893,29 @@ static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz,
     fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, q8, qs, pdl(bb), stream(bb));
 }
 
-/* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for */
-static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba, const fm_bank *conv,
-                                const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
-                                fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
-                                const void *tok_pos, void *qkv, void *core, void *out, void *out_q) {
+/* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for. ba_w: the in_proj_ba
+   projection of h, in the kernel where its weights are the activation type and fm_cuda_gdn_ba_fits, else the linear
+   op before it (or before the chain) */
+static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba, const fm_bank *ba_w, const void *h,
+                                const fm_bank *conv, const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm,
+                                int64_t T, fm_gdn_shape g, float eps, void *conv_states, void *rec_states,
+                                const void *tok_seq, const void *tok_pos, void *qkv, void *core, void *out,
+                                void *out_q) {
     uint8_t *q8;
     float *qs;
     gdn_out_q(bb, out_q, T, g, &q8, &qs);
-    if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
-                                 bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
-                                 (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
+    const fm_gdn_ba in_ba = {ba_w ? bank_matrix(ba_w, 0) : NULL, h, ba_w ? ba_w->ld : 0, ba_w ? ba_w->cols : 0};
+    const bool ba_native = ba_w && ba_w->fmt == (f32(bb) ? FM_W_F32 : FM_W_BF16) && ba_w->rows == 2 * (int64_t)g.nv;
+    const bool ba_in = ba_native && fm_cuda_gdn_ba_fits(f32(bb), &in_ba);
+    if (ba_w && !ba_in) cu_linear(bb, ba_w, 0, h, T, FM_A_NATIVE, (void *)ba);
+    const fm_routes *r = &cuda_be(bb)->routes;
+    if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, ba_in ? &in_ba : NULL, fm_routes_gdn_early_state(r),
+                                 bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0),
+                                 bank_matrix(norm, 0), T, g, eps, (float *)conv_states, (float *)rec_states,
+                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
                                  cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, q8, qs, pdl(bb), stream(bb)))
         return;
+    if (ba_in) cu_linear(bb, ba_w, 0, h, T, FM_A_NATIVE, (void *)ba); /* the kernel did not run: the chain's input */
     cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
     cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
     cu_gdn_norm_gate(bb, core, qkvz, norm, T, g, eps, out, out_q);

@@ -47,11 +47,21 @@ extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qk
 // core [T][nv dv]: the rule's outputs, written as the chain writes them (the norm reads them back). arrivals: the
 // backend's device words, zero before the launch and left zero (the key heads' last-block counters). q8, qs: as
 // fm_cuda_gdn_norm_gate's.
-extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
-                                         int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
-                                         int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
-                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, uint8_t *q8, float *qs,
-                                         bool pdl, cudaStream_t s);
+// in_ba (NULL: ba holds the rows' b | a values; route gdn.decode_ba): the kernel computes them itself, before its PDL
+// wait, from the in_proj_ba matrix w [2 nv][ld] and the normed rows h [T][H] (the activation type), in the order
+// gdn_decode.cu's ba_dots states; it takes them where fm_cuda_gdn_ba_fits (H a multiple of 8, 16-byte rows), else the
+// call returns false. early_state (route gdn.early_state): the recurrent state loads before the PDL wait.
+typedef struct fm_gdn_ba {
+    const void *w, *h;
+    int64_t ld, H;
+} fm_gdn_ba;
+extern "C" bool fm_cuda_gdn_ba_fits(bool f32, const fm_gdn_ba *in_ba);
+extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const fm_gdn_ba *in_ba,
+                                         bool early_state, const void *conv_w, int64_t conv_ld, const void *a_log,
+                                         const void *dt_bias, const void *norm_w, int64_t T, fm_gdn_shape g, float eps,
+                                         float *conv_states, float *rec_states, const int32_t *tok_seq,
+                                         const int32_t *tok_pos, const void *qkv, void *core, unsigned *arrivals,
+                                         int64_t arrival_words, void *out, uint8_t *q8, float *qs, bool pdl,
+                                         cudaStream_t s);
 
 #endif

@@ -28,8 +28,14 @@
 // sequence at Qwen3-Next, ~1 us at B = 1 and 62 us at B = 64 over 4.25 TB/s.
 //
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start and waits for the earlier ones
-// at its top. Its only weights (conv taps, a_log, dt_bias, the norm's) are read inside the conv and the rule, next to
-// activations; the large early load it could make, the recurrent state, is written by this layer's prompt kernels.
+// at its top. Its small weights (conv taps, a_log, dt_bias, the norm's) are read inside the conv and the rule, next
+// to activations. Before the wait it may (routes gdn.decode_ba, gdn.early_state):
+// - compute its value head's two in_proj_ba rows (b, a) of the normed row h, where a cuBLAS GEMM ran between the
+//   qkvz projection and this kernel: the weights are constant and h was written two launches back (the launch in
+//   between, the qkvz projection, released this one only after its own wait), so both load through L2 while the qkvz
+//   projection ends. Each block of the head repeats the two dot products (8 KB of weights from L2 after the first);
+//   the order of summation is ba_dots' below, which the op test repeats on the host;
+// - issue its recurrent state loads: a decode step's state was written by this layer's kernel in an earlier step.
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_device.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -45,6 +51,45 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* eight consecutive values as floats, 16-byte loads: weights through the read-only path, an earlier kernel's row
+   through L2 (pdl.cuh: never ld.global.nc for those) */
+static __device__ __forceinline__ void load8(const bf16 *p, bool l2, float (&v)[8]) {
+    const uint4 u = l2 ? __ldcg((const uint4 *)p) : __ldg((const uint4 *)p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+static __device__ __forceinline__ void load8(const float *p, bool l2, float (&v)[8]) {
+    const float4 a = l2 ? __ldcg((const float4 *)p) : __ldg((const float4 *)p);
+    const float4 b = l2 ? __ldcg((const float4 *)p + 1) : __ldg((const float4 *)p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* The block's b and a sums of one row (route gdn.decode_ba): wb, wa the two in_proj_ba rows, x the normed row, H a
+   multiple of 8. The order (test_cuda_ops_fused.c's host_ba repeats it): thread tid sums the
+   elements c * 8 DEC_THREADS + 8 tid + i (c = 0, 1, ..., i = 0..7) by fmaf in that order from 0; each warp's 32 sums
+   are added by the xor butterfly over lane distances 16, 8, 4, 2, 1; lane 0 of warp w leaves them in red[.][w]. */
+template <typename A>
+static __device__ __forceinline__ void ba_dots(const A *wb, const A *wa, const A *x, int64_t H,
+                                               float (&red)[2][GDN_RULE_PARTS]) {
+    float b = 0.0f, a = 0.0f;
+    for (int64_t e = 8 * (int64_t)threadIdx.x; e < H; e += 8 * DEC_THREADS) {
+        float xv[8], wv[8];
+        load8(x + e, true, xv);
+        load8(wb + e, false, wv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) b = fmaf(wv[i], xv[i], b);
+        load8(wa + e, false, wv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) a = fmaf(wv[i], xv[i], a);
+    }
+    for (int o = 16; o > 0; o >>= 1) b += __shfl_xor_sync(0xffffffffu, b, o), a += __shfl_xor_sync(0xffffffffu, a, o);
+    if ((threadIdx.x & 31) == 0) red[0][threadIdx.x >> 5] = b, red[1][threadIdx.x >> 5] = a;
+}
+
 /* v rounded as a store of the activation type rounds it (the chain's intermediate buffers) */
 template <typename A> static __device__ __forceinline__ float act_rounded(float v) {
     A x;
@@ -56,13 +101,15 @@ template <typename A> static __device__ __forceinline__ float act_rounded(float 
 static __device__ __forceinline__ float act_load_l2(const float *p) { return __ldcg(p); }
 static __device__ __forceinline__ float act_load_l2(const bf16 *p) { return __bfloat162float(__ldcg(p)); }
 
-/* the state rows w, w + 4, ... of one column (Sg: its row 0), zero for a fresh sequence or off the head */
-static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w,
-                                                  bool on) {
+/* the state rows w, w + 4, ... of one column (Sg: its row 0), zero for a fresh sequence or off the head; l2: through
+   L2 (before the PDL wait: an earlier kernel wrote them) */
+static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w, bool on,
+                                                  bool l2) {
 #pragma unroll
     for (int q = 0; q < DEC_ROWS; q++) {
         const int i = w + GDN_RULE_PARTS * q;
-        S[q] = on && i < dk ? Sg[i * dv] : 0.0f; /* 32-bit offsets: no 64-bit address per row kept */
+        /* 32-bit offsets: no 64-bit address per row kept */
+        S[q] = on && i < dk ? (l2 ? __ldcg(Sg + i * dv) : Sg[i * dv]) : 0.0f;
     }
 }
 
@@ -121,18 +168,21 @@ static __device__ __noinline__ void norm_heads(const A *core, const A *grp, cons
 }
 
 /* KW: the chain's conv window (4 or 8 taps: gdn_conv_window_kernel); norm_x4: the chain's norm runs
-   gdn_norm_gate_bf16x4_kernel's order of summation; arrivals [T][nk], zero before the launch and after it */
+   gdn_norm_gate_bf16x4_kernel's order of summation; arrivals [T][nk], zero before the launch and after it. ba_w (NULL:
+   ba holds the rows' b | a): the in_proj_ba matrix [2 nv][ba_ld], then b and a come from the normed rows h [T][H]
+   (ba_dots); early_state: the state loads before the PDL wait */
 template <typename A, int KW>
 static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_decode_kernel(
-    const A *qkvz, const A *ba, const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w,
-    fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos,
-    bool norm_x4, unsigned *arrivals, A *core, A *out, uint8_t *q8) {
+    const A *qkvz, const A *ba, const A *ba_w, int64_t ba_ld, const A *h_rows, int64_t H, bool early_state,
+    const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w, fm_gdn_shape g, float eps,
+    float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos, bool norm_x4, unsigned *arrivals,
+    A *core, A *out, uint8_t *q8) {
     __shared__ float xs[2 * DEC_MAX_DK + DEC_COLS];    /* conv outputs as rounded: q | k | the block's v columns */
     __shared__ float qk_state[KW - 1][2 * DEC_MAX_DK]; /* q and k's new conv states (the last block writes them) */
     __shared__ float part[GDN_RULE_PARTS][DEC_COLS];   /* the row groups' partial sums */
     __shared__ float red[2][GDN_RULE_PARTS];
+    __shared__ float ba_red[2][GDN_RULE_PARTS]; /* the warps' b and a sums (ba_w) */
     __shared__ bool last;
-    pdl_wait();
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk, K = g.kernel;
     const int h = blockIdx.y, kh = h / r, j = h % r, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int col0 = blockIdx.x * DEC_COLS, col = col0 + lane;
@@ -140,14 +190,23 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
     const int64_t t = blockIdx.z, C = gdn_channels(g), key = (int64_t)g.nk * dk;
     const int64_t Wg = 2 * (int64_t)dk + 2 * (int64_t)r * dv; /* a key head's group of qkvz columns */
     const A *grp = qkvz + t * gdn_qkvz_width(g) + kh * Wg;    /* q | k | v (r heads) | z (r heads) */
-    const bool pad = is_padding(seq, pos, t);                 /* changes no state; its output is the chain's */
+    /* the sequences and positions are the host's (staged before the step), read before the wait */
+    const bool pad = is_padding(seq, pos, t); /* changes no state; its output is the chain's */
     const int64_t p = pos[t];
     float *Sg = rec_states + ((int64_t)seq[t] * g.nv + h) * dk * dv + col; /* column col of the head's [dk][dv] */
     float *hist = conv_states + (int64_t)seq[t] * (K - 1) * C;
+    const bool state_on = !pad && p != 0 && has_col;
 
-    /* the state's loads in flight while the conv runs */
+    /* before the wait: the b and a sums (gdn.decode_ba), the state's loads (gdn.early_state) */
+    if (ba_w) {
+        const A *wb = ba_w + (int64_t)(kh * 2 * r + j) * ba_ld;
+        ba_dots<A>(wb, wb + (int64_t)r * ba_ld, h_rows + t * H, H, ba_red);
+    }
     float S[DEC_ROWS];
-    load_state(S, Sg, dk, dv, w, !pad && p != 0 && has_col);
+    if (early_state) load_state(S, Sg, dk, dv, w, state_on, true);
+    pdl_wait();
+    /* else the state's loads in flight while the conv runs */
+    if (!early_state) load_state(S, Sg, dk, dv, w, state_on, false);
 
     /* the conv + SiLU of q, k (channels ch < 2 dk) and the block's v columns (the chain's gdn_conv at a row that
        starts its run: the taps before the token from the sequence's state, zero before position 0) */
@@ -198,10 +257,18 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
     const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), qscale = 1.0f / sqrtf((float)dk);
 
     /* the rule of gdn_rule_kernel for one token */
-    const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
+    float bv, av; /* the row's b and a of head h, as the linear stores them */
+    if (ba_w) {   /* ba_red written before the conv loop's barrier */
+        bv = 0.0f, av = 0.0f;
+        for (int i = 0; i < GDN_RULE_PARTS; i++) bv += ba_red[0][i], av += ba_red[1][i];
+        bv = act_rounded<A>(bv), av = act_rounded<A>(av);
+    } else {
+        const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
+        bv = act_load(bar[j]), av = act_load(bar[r + j]);
+    }
     const float a_exp = expf(act_load(a_log[h])), dtb = act_load(dt_bias[h]);
-    const float beta = 1.0f / (1.0f + expf(-act_load(bar[j])));
-    const float decay = expf(-a_exp * softplus_(act_load(bar[r + j]) + dtb));
+    const float beta = 1.0f / (1.0f + expf(-bv));
+    const float decay = expf(-a_exp * softplus_(av + dtb));
     const float v = has_col ? xs[2 * dk + lane] : 0.0f;
     float u = 0.0f;
 #pragma unroll
@@ -267,28 +334,41 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
 
 /* the kernel for the activation type A and the conv's taps (4 or 8), the pointers typed */
 template <typename A>
-static void dec_launch(dim3 grid, const void *qkvz, const void *ba, const void *conv_w, int64_t conv_ld,
-                       const void *a_log, const void *dt_bias, const void *norm_w, fm_gdn_shape g, float eps,
-                       float *conv_states, float *rec_states, const int32_t *tok_seq, const int32_t *tok_pos,
-                       bool norm_x4, unsigned *arrivals, void *core, void *out, uint8_t *q8, bool pdl, cudaStream_t s) {
+static void dec_launch(dim3 grid, const void *qkvz, const void *ba, const fm_gdn_ba *in_ba, bool early_state,
+                       const void *conv_w, int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
+                       fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *tok_seq,
+                       const int32_t *tok_pos, bool norm_x4, unsigned *arrivals, void *core, void *out, uint8_t *q8,
+                       bool pdl, cudaStream_t s) {
     const A *z = (const A *)qkvz, *b = (const A *)ba, *cw = (const A *)conv_w;
     const A *al = (const A *)a_log, *dt = (const A *)dt_bias, *nw = (const A *)norm_w;
+    const A *bw = in_ba ? (const A *)in_ba->w : NULL, *hr = in_ba ? (const A *)in_ba->h : NULL;
+    const int64_t ld = in_ba ? in_ba->ld : 0, H = in_ba ? in_ba->H : 0;
     if (g.kernel <= 4)
-        pdl_launch(gdn_decode_kernel<A, 4>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
-                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out, q8);
+        pdl_launch(gdn_decode_kernel<A, 4>, grid, DEC_THREADS, 0, s, pdl, z, b, bw, ld, hr, H, early_state, cw, conv_ld,
+                   al, dt, nw, g, eps, conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
+                   (A *)out, q8);
     else
-        pdl_launch(gdn_decode_kernel<A, 8>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
-                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out, q8);
+        pdl_launch(gdn_decode_kernel<A, 8>, grid, DEC_THREADS, 0, s, pdl, z, b, bw, ld, hr, H, early_state, cw, conv_ld,
+                   al, dt, nw, g, eps, conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
+                   (A *)out, q8);
 }
 
-extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
-                                         int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
-                                         int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
-                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, uint8_t *q8, float *qs,
-                                         bool pdl, cudaStream_t s) {
+extern "C" bool fm_cuda_gdn_ba_fits(bool f32, const fm_gdn_ba *in_ba) {
+    const size_t as = f32 ? sizeof(float) : sizeof(bf16);
+    return in_ba->H > 0 && in_ba->H % 8 == 0 && in_ba->ld >= in_ba->H && (in_ba->ld * as) % 16 == 0 &&
+           ((uintptr_t)in_ba->w | (uintptr_t)in_ba->h) % 16 == 0;
+}
+
+extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const fm_gdn_ba *in_ba,
+                                         bool early_state, const void *conv_w, int64_t conv_ld, const void *a_log,
+                                         const void *dt_bias, const void *norm_w, int64_t T, fm_gdn_shape g, float eps,
+                                         float *conv_states, float *rec_states, const int32_t *tok_seq,
+                                         const int32_t *tok_pos, const void *qkv, void *core, unsigned *arrivals,
+                                         int64_t arrival_words, void *out, uint8_t *q8, float *qs, bool pdl,
+                                         cudaStream_t s) {
     if (g.nk < 1 || g.nv % g.nk != 0 || g.dk < 1 || g.dk > DEC_MAX_DK || g.dv < 1 || g.kernel < 1 ||
-        g.kernel > DEC_MAX_KERNEL || T > 65535 || !arrivals || T * g.nk > arrival_words)
+        g.kernel > DEC_MAX_KERNEL || T > 65535 || !arrivals || T * g.nk > arrival_words ||
+        (in_ba && !fm_cuda_gdn_ba_fits(f32, in_ba)))
         return false;
     if (T <= 0) return true;
     /* the chain's own choices, from the same predicates (gdn.cu: conv and fm_cuda_gdn_norm_gate), on the buffers the
@@ -301,11 +381,12 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     const bool norm_x4 = !f32 && g.dv == 128 && g.dk % 4 == 0 && gdn_qkvz_width(g) % 4 == 0 && aligned;
     const dim3 grid((unsigned)fm_ceil_div(g.dv, DEC_COLS), (unsigned)g.nv, (unsigned)T);
     if (f32)
-        dec_launch<float>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                          tok_seq, tok_pos, false, arrivals, core, out, NULL, pdl, s);
+        dec_launch<float>(grid, qkvz, ba, in_ba, early_state, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps,
+                          conv_states, rec_states, tok_seq, tok_pos, false, arrivals, core, out, NULL, pdl, s);
     else
-        dec_launch<bf16>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                         tok_seq, tok_pos, norm_x4, arrivals, core, out, norm_x4 ? q8 : NULL, pdl, s);
+        dec_launch<bf16>(grid, qkvz, ba, in_ba, early_state, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps,
+                         conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, core, out, norm_x4 ? q8 : NULL,
+                         pdl, s);
     FM_LAUNCH_CHECK("gdn_decode_fused");
     /* the out projection's rows where the norm's warps do not make them (heads other than 128 wide) */
     if (q8 && !f32 && !norm_x4)
