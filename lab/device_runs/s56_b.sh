@@ -10,7 +10,7 @@
 #   3 memcheck of test_gdn_decode_fused; test_cuda_generate with both routes on (greedy equal to transformers on
 #     every golden model, Qwen3-Next's graphs against its eager steps, cached steps against prefill)
 # Pack .carry/gpu-s56b.tar.xz: build/{fp8moe-bench,test_cuda_ops_fused,test_cuda_generate} of the
-# commit that adds the routes (built in build/gpu-ab for sm_90a):
+# commit that adds the routes, 1fa3655 (built in build/gpu-ab for sm_90a; the fifty-first session left it built):
 #   mkdir -p /tmp/p/build && cp build/gpu-ab/fp8moe-bench build/gpu-ab/tests/gpu/test_cuda_{ops_fused,generate} \
 #     /tmp/p/build/ && strip /tmp/p/build/* && (cd /tmp/p && find build -type f | sort | tar -cf - -T - | \
 #     xz --lzma2=preset=6,dict=192MiB -T1) > .carry/gpu-s56b.tar.xz
