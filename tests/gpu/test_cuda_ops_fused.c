@@ -1018,6 +1018,35 @@ static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused,
     run_gdn_ba(be, d, rows, fused, BA_GIVEN, d->ba, out, conv_st, rec_st, q_out);
 }
 
+static const char *gdn_names[3] = {"output", "conv states", "recurrent states"};
+
+/* the fused op's two calls (f, f2: output, conv states, recurrent states) equal to the chain's (c), bit for bit */
+static void expect_gdn_bits(float *const f[3], float *const f2[3], float *const c[3], const int64_t len[3],
+                            const char *what) {
+    for (int o = 0; o < 3; o++)
+        for (int64_t i = 0; i < len[o]; i++) {
+            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, gdn_names[o], (long long)i, f[o][i],
+                         c[o][i]);
+            if (memcmp(&f2[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, gdn_names[o], (long long)i,
+                         f2[o][i], c[o][i]);
+        }
+}
+
+/* the fused GPU results (f) against the CPU chain's (r) on the real rows, test_cuda_qnext's bounds of the chain's
+   ops against the CPU; frees every array */
+static void expect_gdn_cpu(float *f[3], float *f2[3], float *c[3], float *r[3], const int64_t ref_len[3], bool bf16,
+                           const char *what) {
+    const double bound = bf16 ? 1e-2 : 1e-5;
+    for (int o = 0; o < 3; o++) {
+        char w2[260];
+        snprintf(w2, sizeof w2, "%s %s vs cpu", what, gdn_names[o]);
+        gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (bf16 ? 1e-2 : 0) : bound, w2);
+        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
+    }
+}
+
 static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad) {
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
@@ -1039,15 +1068,7 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     snprintf(what, sizeof what, "gdn_decode_fused %s nk=%d nv=%d dk=%d dv=%d K=%d B=%lld (%lld padding)",
              plan.act_bf16 ? "bf16" : "fp32", g.nk, g.nv, g.dk, g.dv, g.kernel, (long long)d.B, (long long)pad);
     const int64_t len[3] = {d.B * d.V, nc, nr};
-    const char *names[3] = {"output", "conv states", "recurrent states"};
-    for (int o = 0; o < 3; o++)
-        for (int64_t i = 0; i < len[o]; i++) {
-            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, names[o], (long long)i, f[o][i], c[o][i]);
-            if (memcmp(&f2[o][i], &c[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, names[o], (long long)i,
-                         f2[o][i], c[o][i]);
-        }
+    expect_gdn_bits(f, f2, c, len, what);
     if (fq) { /* the norm's warps (dv = 128) or the quantizer's launch after it: the quantizer's codes either way */
         char wq[200];
         snprintf(wq, sizeof wq, "%s fused", what);
@@ -1057,15 +1078,8 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
         free(fq), free(cq);
     }
     printf("  %-60s fused = chain bit for bit%s\n", what, plan.act_bf16 ? ", out_q = the quantizer's" : "");
-    /* test_cuda_qnext's bounds of the chain's ops against the CPU */
-    const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
     const int64_t ref_len[3] = {d.n * d.V, nc, nr};
-    for (int o = 0; o < 3; o++) {
-        char w2[200];
-        snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
-        gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
-        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
-    }
+    expect_gdn_cpu(f, f2, c, r, ref_len, plan.act_bf16, what);
     free_step(&d);
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
 }
@@ -1100,22 +1114,9 @@ static void gdn_decode_ba_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t p
              in_kernel ? "in the kernel" : "the linear op", plan.act_bf16 ? "bf16" : "fp32", g.nk, g.nv, (long long)H,
              (long long)d.B, (long long)pad, early ? ", early state" : "");
     const int64_t len[3] = {d.B * d.V, nc, nr}, ref_len[3] = {d.n * d.V, nc, nr};
-    const char *names[3] = {"output", "conv states", "recurrent states"};
-    const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
-    for (int o = 0; o < 3; o++) {
-        for (int64_t i = 0; i < len[o]; i++) {
-            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, names[o], (long long)i, f[o][i], c[o][i]);
-            if (memcmp(&f2[o][i], &c[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, names[o], (long long)i,
-                         f2[o][i], c[o][i]);
-        }
-        char w2[260];
-        snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
-        gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
-        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
-    }
+    expect_gdn_bits(f, f2, c, len, what);
     printf("  %-60s fused = chain bit for bit\n", what);
+    expect_gdn_cpu(f, f2, c, r, ref_len, plan.act_bf16, what);
     free(ref_ba);
     free_step(&d);
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
