@@ -60,6 +60,18 @@ typedef enum fm_dense {
 const char *fm_dense_name(fm_dense d);
 bool fm_dense_parse(const char *name, fm_dense *out);
 
+/* --lm-head: how the lm_head (the vocabulary projection, the largest single matrix a decode step reads) is stored. */
+typedef enum fm_lm_head {
+    FM_LM_HEAD_FLOAT = 0, /* as the embeddings and norms: bf16 on the GPU, fp32 on the CPU (the reference's) */
+    FM_LM_HEAD_DENSE,     /* as the dense projections: quantized at load from the checkpoint's float lm_head to the
+                             plan's dense format (int4-tc with e4m3 activations under fp8, e4m3 per tensor under
+                             --dense w8a8, int4 under int4), a quarter or half of its bytes; refused where the dense
+                             projections are float themselves (ref, ref32) */
+} fm_lm_head;
+
+const char *fm_lm_head_name(fm_lm_head h);
+bool fm_lm_head_parse(const char *name, fm_lm_head *out);
+
 /* --int4-scales: how weights quantized to int4 at load get their group scales (docs/int4_p2.md). */
 typedef enum fm_int4_scales {
     FM_INT4_SCALES_G128 = 0, /* one bf16 scale per (row, 128-group), amax / 7 rounded up (the presets' quantizer) */
@@ -130,6 +142,7 @@ typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
     fm_dense dense;             /* --dense: FM_DENSE_PRESET (0) unless asked */
+    fm_lm_head lm_head;         /* --lm-head: FM_LM_HEAD_FLOAT (0) unless asked */
     fm_dispatch dispatch;       /* --dispatch: FM_DISPATCH_PRESET (0) unless asked (the cpu backend: every format;
                                    cuda: the preset's, for now) */
     fm_int4_scales int4_scales; /* --int4-scales: FM_INT4_SCALES_G128 (0) unless asked; refused by presets without

@@ -144,6 +144,59 @@ static void cpu_weights_equal_plan(void **s) {
                 }
 }
 
+/* --lm-head dense: the lm_head a bank of the dense projections' format (a quantized copy where tied to the
+ * embeddings), the plan counting what the load holds, on the cpu and emulating the GPU's formats; a pre-quantized
+ * checkpoint's float lm_head quantized as well; refused by the ref preset, whose dense projections are float */
+static void lm_head_dense_equals_plan(void **s) {
+    (void)s;
+    static const struct {
+        const char *dir;
+        fm_preset preset;
+        const char *plan_backend;
+        fm_dense dense;
+    } cases[] = {{"models/tiny-code-moe", FM_PRESET_FP8, "cpu", FM_DENSE_PRESET},
+                 {"models/tiny-code-moe", FM_PRESET_FP8, "cuda", FM_DENSE_W8A8},
+                 {"tests/models/qwen3-moe-tied-f32", FM_PRESET_INT4, "cuda", FM_DENSE_PRESET},
+                 {"tests/models/qwen3-moe-tied-f32", FM_PRESET_REF, "cpu", FM_DENSE_W8A8},
+                 {"tests/data/quant/awq-g128", FM_PRESET_FP8, "cpu", FM_DENSE_PRESET}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.preset = cases[i].preset, opt.plan_backend = cases[i].plan_backend, opt.dense = cases[i].dense;
+        opt.lm_head = FM_LM_HEAD_DENSE;
+        fm_model *m = NULL;
+        fm_error err = {{0}};
+        if (fm_model_load(cases[i].dir, &opt, &m, &err)) fail_msg("load %s: %s", cases[i].dir, err.msg);
+        assert_true(m->lm_head != m->embed);
+        assert_int_equal(m->lm_head->fmt, m->plan.w_dense);
+        assert_int_not_equal(m->lm_head->fmt, m->plan.w_other);
+        fm_memory_plan plan;
+        plan_of(m, "cpu", 31, &plan);
+        fam_bytes got;
+        loaded_bytes(m, &got);
+        for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+            if (got.bytes[f] != plan.weights[f])
+                fail_msg("%s --lm-head dense: %s holds %zu bytes, the plan says %zu", cases[i].dir,
+                         fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
+        assert_int_equal(plan.formats[FM_MEM_LM_HEAD], m->lm_head->fmt);
+        assert_int_equal(m->weight_bytes, plan.weight_total);
+        fm_model_free(m);
+    }
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.preset = FM_PRESET_REF, opt.lm_head = FM_LM_HEAD_DENSE;
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_ERR_USAGE);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "--lm-head dense"));
+    fm_lm_head h = FM_LM_HEAD_FLOAT;
+    assert_true(fm_lm_head_parse("dense", &h) && h == FM_LM_HEAD_DENSE);
+    assert_true(fm_lm_head_parse("float", &h) && h == FM_LM_HEAD_FLOAT);
+    assert_false(fm_lm_head_parse("int4", &h));
+    assert_string_equal(fm_lm_head_name(FM_LM_HEAD_DENSE), "dense");
+}
+
 /* Pre-quantized checkpoints (tests/data/quant): the plan counts the int4-zp and e4m3-block banks the CPU holds, under
  * the fp8 preset (both) and the int4 preset (int4 only; block-FP8 is refused there). Their cuda layouts are checked
  * by formula in bank_bytes_formulas, and against the device in tests/gpu/test_cuda_memory.c. */
@@ -568,6 +621,18 @@ static void inspect_prints_the_plan(void **s) {
     assert_non_null(strstr(cli_out, "memory plan: backend cpu, preset ref"));
     assert_non_null(strstr(cli_out, "lm_head (tied to the embeddings)"));
     assert_null(strstr(cli_out, "GPU:"));
+    /* --lm-head dense: the lm_head in the dense format (a quantized copy of tied embeddings); a bad value or a preset
+       whose dense projections are float: usage errors naming the option */
+    assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-tied-f32 --tokens 8 --backend cuda --preset fp8 "
+                            "--dense w8a8 --lm-head dense"),
+                     0);
+    assert_non_null(strstr(cli_out, "lm_head (the tied embeddings, quantized): e4m3-tensor"));
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --backend cuda --preset fp8 --lm-head "
+                            "dense"),
+                     0);
+    assert_non_null(strstr(cli_out, "lm_head: int4-g128-tc"));
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --lm-head int4"), "--lm-head must be");
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --lm-head dense"), "--lm-head dense: the ref");
     /* without --tokens, no plan */
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe"), 0);
     assert_null(strstr(cli_out, "memory plan"));
@@ -650,21 +715,14 @@ static void longer_prompt_refused(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(bank_bytes_formulas),
-        cmocka_unit_test(cpu_weights_equal_plan),
-        cmocka_unit_test(prequant_weights_equal_plan),
-        cmocka_unit_test(tiny_code_moe_cuda_by_hand),
-        cmocka_unit_test(qwen3_30b_a3b_on_cuda),
-        cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
-        cmocka_unit_test(qwen3_30b_a3b_fold_on_cuda),
-        cmocka_unit_test(vram_limit_refuses_8gib),
-        cmocka_unit_test(load_refuses_before_allocating),
-        cmocka_unit_test(longer_prompt_refused),
-        cmocka_unit_test(plan_argument_errors),
-        cmocka_unit_test(inspect_prints_the_plan),
-        cmocka_unit_test(vram_limit_parsing),
-        cmocka_unit_test(generation_in_the_plan),
-        cmocka_unit_test(generation_counts_the_gdn_state),
+        cmocka_unit_test(bank_bytes_formulas),         cmocka_unit_test(cpu_weights_equal_plan),
+        cmocka_unit_test(prequant_weights_equal_plan), cmocka_unit_test(lm_head_dense_equals_plan),
+        cmocka_unit_test(tiny_code_moe_cuda_by_hand),  cmocka_unit_test(qwen3_30b_a3b_on_cuda),
+        cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),   cmocka_unit_test(qwen3_30b_a3b_fold_on_cuda),
+        cmocka_unit_test(vram_limit_refuses_8gib),     cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(longer_prompt_refused),       cmocka_unit_test(plan_argument_errors),
+        cmocka_unit_test(inspect_prints_the_plan),     cmocka_unit_test(vram_limit_parsing),
+        cmocka_unit_test(generation_in_the_plan),      cmocka_unit_test(generation_counts_the_gdn_state),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -36,6 +36,8 @@ static const char *HELP =
     "                     --nvtx-include \"decode step/\" profiles their kernels alone)\n"
     "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
     "  --layers L         only the first L layers\n"
+    "  --lm-head L        float (default) or dense: the lm_head in the dense projections' format (every preset\n"
+    "                     listed must quantize its dense projections: not ref)\n"
     "  --int4-scales S    g128 (default) or p2: the group scales of the weights quantized to int4 at load\n"
     "                     (docs/int4_p2.md; the presets with int4 weights only). Route w4a8.kernel=fold needs p2\n"
     "  --json FILE        also write the results as JSON\n"
@@ -105,6 +107,7 @@ enum {
     OPT_PER_OP,
     OPT_BANDWIDTH,
     OPT_INT4_SCALES,
+    OPT_LM_HEAD,
     OPT_PROMPT_ROWS
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
@@ -128,6 +131,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"per-op", no_argument, 0, OPT_PER_OP},
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
+                                            {"lm-head", required_argument, 0, OPT_LM_HEAD},
                                             {"prompt-rows", required_argument, 0, OPT_PROMPT_ROWS},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
@@ -194,6 +198,7 @@ typedef struct decode_args {
     int64_t vram_limit;
     fm_dispatch dispatch;
     fm_int4_scales int4_scales;
+    fm_lm_head lm_head;
 } decode_args;
 
 /* --prompt-rows: the rows of a mixed step as the scheduler stages them (the prompt chunk's rows, then the decode
@@ -480,6 +485,10 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!fm_int4_scales_parse(optarg, &a->int4_scales))
                 return cli_usage(cmd, "--int4-scales must be g128 or p2, got '%s'", optarg);
             break;
+        case OPT_LM_HEAD:
+            if (!fm_lm_head_parse(optarg, &a->lm_head))
+                return cli_usage(cmd, "--lm-head must be float or dense, got '%s'", optarg);
+            break;
         case OPT_DISPATCH:
             if (!fm_dispatch_parse(optarg, &a->dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
@@ -508,6 +517,7 @@ static void plan_run(decode_args *a, cli_model_opts *mo) {
     cli_model_opts_init(mo);
     mo->opt.experts_in = a->experts_in, mo->opt.expert_slots = (int32_t)a->slots, mo->opt.expert_policy = a->policy;
     mo->opt.vram_limit = a->vram_limit, mo->opt.int4_scales = a->int4_scales, mo->opt.kv_cache = a->kv_cache;
+    mo->opt.lm_head = a->lm_head;
     mo->opt.synthetic_routing = a->routing;
     mo->opt.backend = a->b.backend, mo->opt.n_layers = (int32_t)a->layers, mo->opt.routes = bench_routes(&a->b);
     mo->opt.n_threads = (int32_t)a->b.threads;
@@ -564,11 +574,11 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
                "as the scheduler does while a prompt arrives (route mixed.graphs: the layers as a graph of the row "
                "bucket); tokens/s counts the decode rows\n",
                a->prompt_rows, a->prompt_rows - 1);
-    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, KV cache %s, "
-           "routing %s, experts in %s, input %s%s\n",
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, lm_head %s, "
+           "KV cache %s, routing %s, experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
-           fm_int4_scales_name(a->int4_scales), fm_kv_dtype_name(a->kv_cache), a->routing ? a->routing : "uniform",
-           fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
+           fm_int4_scales_name(a->int4_scales), fm_lm_head_name(a->lm_head), fm_kv_dtype_name(a->kv_cache),
+           a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
            !a->json_object  ? ""
            : a->mask_before ? ", every sequence constrained to JSON objects (masks on the host, before each step)"
                             : ", every sequence constrained to JSON objects (masks on the host, during the pass)");
@@ -673,6 +683,7 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
     cJSON_AddNumberToObject(root, "context", (double)a->context);
     cJSON_AddStringToObject(root, "routes", a->b.routes);
     cJSON_AddStringToObject(root, "int4_scales", fm_int4_scales_name(a->int4_scales));
+    cJSON_AddStringToObject(root, "lm_head", fm_lm_head_name(a->lm_head));
     cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
     cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(a->experts_in));
     cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);

@@ -33,6 +33,15 @@ const char *fm_afmt_name(fm_afmt f) {
 
 const char *fm_dense_name(fm_dense d) { return d == FM_DENSE_W8A8 ? "w8a8" : "preset"; }
 
+const char *fm_lm_head_name(fm_lm_head h) { return h == FM_LM_HEAD_DENSE ? "dense" : "float"; }
+
+bool fm_lm_head_parse(const char *name, fm_lm_head *out) {
+    if (strcmp(name, "float") == 0) *out = FM_LM_HEAD_FLOAT;
+    else if (strcmp(name, "dense") == 0) *out = FM_LM_HEAD_DENSE;
+    else return false;
+    return true;
+}
+
 const char *fm_int4_scales_name(fm_int4_scales s) { return s == FM_INT4_SCALES_P2 ? "p2" : "g128"; }
 
 bool fm_int4_scales_parse(const char *name, fm_int4_scales *out) {
@@ -126,13 +135,13 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->preset = p;
     if (p == FM_PRESET_REF || p == FM_PRESET_REF32) {
-        *plan =
-            (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32, false, FM_KV_ACT};
+        *plan = (fm_plan){p,           false,    FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE,
+                          FM_A_NATIVE, FM_W_F32, false,    FM_KV_ACT,   false};
         return;
     }
     /* every quantized preset: int4 linear weights, bf16 activations and bf16 for the other weights */
-    *plan = (fm_plan){p,           true,        FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128,
-                      FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16,      false,       FM_KV_ACT};
+    *plan = (fm_plan){p,           true,      FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE,
+                      FM_A_NATIVE, FM_W_BF16, false,          FM_KV_ACT,   false};
     if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
         plan->a_dense = FM_A_E4M3_G128;
         plan->a_dispatch = p == FM_PRESET_FP4 ? FM_A_MXFP4 : FM_A_E4M3_G128;
@@ -172,6 +181,18 @@ bool fm_bank_src_any_quantized(const fm_bank_src *src) {
 
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
+}
+
+fm_status fm_plan_set_lm_head(fm_plan *plan, fm_lm_head h, fm_error *err) {
+    if (h == FM_LM_HEAD_FLOAT) return FM_OK;
+    if ((unsigned)h > FM_LM_HEAD_DENSE) return fm_fail(err, FM_ERR_USAGE, "--lm-head: unknown form %d", (int)h);
+    if (plan->w_dense == plan->w_other)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--lm-head dense: the %s preset's dense projections are %s like its lm_head, so nothing would "
+                       "change; it applies to int4, fp8, fp4 and --dense w8a8",
+                       fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense));
+    plan->lm_head_dense = true;
+    return FM_OK;
 }
 
 fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err) {

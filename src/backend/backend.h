@@ -78,9 +78,10 @@ typedef struct fm_plan {
     fm_wformat w_expert; /* expert gate_up and down banks */
     fm_afmt a_dispatch;  /* expert gate_up input (the routed activation buffer) */
     fm_afmt a_expert;    /* expert down input */
-    fm_wformat w_other;  /* embeddings, norms, router, lm_head */
+    fm_wformat w_other;  /* embeddings, norms, router, lm_head (unless lm_head_dense) */
     bool int4_p2;        /* int4 banks quantized at load get int4-p2 scales (quant/int4_p2.h; the cpu backend) */
     fm_kv_dtype kv;      /* the paged KV cache's format (fm_plan_set_kv) */
+    bool lm_head_dense;  /* the lm_head stored as w_dense with a_dense activations (fm_plan_set_lm_head) */
 } fm_plan;
 
 void fm_plan_from_preset(fm_preset p, fm_plan *plan);
@@ -91,6 +92,9 @@ void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
  * family e4m3 by --dense w8a8 and a float expert format). Both backends quantize at load with int4-p2 scales, bit
  * for bit alike (the cuda backend on the device: cuda/quantize_int4_p2.cu). */
 fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err);
+/* Applies a --lm-head choice: FM_LM_HEAD_DENSE stores the lm_head as the dense projections (w_dense, a_dense);
+ * FM_ERR_USAGE where those are the lm_head's own format (ref, ref32 without --dense w8a8). */
+fm_status fm_plan_set_lm_head(fm_plan *plan, fm_lm_head h, fm_error *err);
 /* Applies a --kv-cache choice: FM_ERR_USAGE for e4m3 on a plan of fp32 activations (ref32, and ref on the cpu) */
 fm_status fm_plan_set_kv(fm_plan *plan, fm_kv_dtype kv, fm_error *err);
 /* Applies a --dispatch choice: the format of the expert dispatch buffer (the routed copies of each token, the gate|up

@@ -113,6 +113,10 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "                     the cpu; generate, chat and serve on cuda: fp8 (+ --dense w8a8 for a float checkpoint)\n"    \
     "  --dense w8a8       dense projections as e4m3 weights (one scale per matrix, set at load) times e4m3\n"          \
     "                     activations (one dynamic scale per input); the preset's otherwise\n"                         \
+    "  --lm-head L        the lm_head as float (default: bf16 on cuda, fp32 on the cpu) or dense: quantized at\n"      \
+    "                     load to the dense projections' format (int4 W4A8 under fp8, e4m3 under --dense w8a8),\n"     \
+    "                     a quarter or half of the largest matrix a decode step reads, for some accuracy\n"            \
+    "                     (docs/speed-and-accuracy.md); refused by ref and ref32, whose dense projections are float\n" \
     "  --dispatch F       the experts' dispatch buffer (each token's routed copies): bf16, fp8 (e4m3, a scale\n"       \
     "                     per 128), mxfp4 (E2M1, a power-of-two scale per 32), nvfp4 (E2M1, an e4m3 scale per\n"       \
     "                     16 and one fp32 scale); the preset's otherwise (fp8: fp8, fp4: mxfp4). cpu: all; cuda:\n"    \

@@ -240,6 +240,7 @@ enum {
     OPT_DENSE,
     OPT_DISPATCH,
     OPT_INT4_SCALES,
+    OPT_LM_HEAD,
     OPT_ROUTE,
     OPT_CTX,
     OPT_EXPERTS_IN,
@@ -257,6 +258,7 @@ static const struct option model_options[] = {
     {"dense", required_argument, 0, OPT_DENSE},
     {"dispatch", required_argument, 0, OPT_DISPATCH},
     {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
+    {"lm-head", required_argument, 0, OPT_LM_HEAD},
     {"ctx", required_argument, 0, OPT_CTX},
     {"route", required_argument, 0, OPT_ROUTE},
     {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
@@ -287,6 +289,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->dense_given = true;
         if (!fm_dense_parse(arg, &o->opt.dense))
             *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
+        return true;
+    case OPT_LM_HEAD:
+        if (!fm_lm_head_parse(arg, &o->opt.lm_head))
+            *bad = true, cli_usage(cmd, "--lm-head must be float or dense, got '%s'", arg);
         return true;
     case OPT_DISPATCH:
         if (!fm_dispatch_parse(arg, &o->opt.dispatch))

@@ -11,9 +11,10 @@
 #include "util/status.h"
 
 static const char *HELP =
-    "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
-    "                      [--max-seqs B [--ctx N]] [--vram-limit BYTES] [--experts-in W [--expert-slots N]]\n"
-    "                      [--ep N] [--tp N]]\n"
+    "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--lm-head "
+    "L]\n"
+    "                      [--layers N] [--max-seqs B [--ctx N]] [--vram-limit BYTES]\n"
+    "                      [--experts-in W [--expert-slots N]] [--ep N] [--tp N]]\n"
     "                      [--routes] [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes --markdown\n"
@@ -25,6 +26,7 @@ static const char *HELP =
     "  --backend B        the plan's backend: cpu (default) or cuda\n"
     "  --preset P         the plan's preset: ref (default), ref32, int4, fp8, fp4\n"
     "  --dense w8a8       the plan with e4m3 per-tensor dense projections (W8A8)\n"
+    "  --lm-head L        the plan with the lm_head as float (default) or dense (the dense projections' format)\n"
     "  --dispatch D       the plan with the experts' dispatch buffer in D: bf16, fp8, mxfp4, nvfp4 (as run, generate)\n"
     "  --layers N         plan only the first N decoder layers\n"
     "  --max-seqs B       the plan for generation too: the paged KV cache of B sequences and the decode state\n"
@@ -65,7 +67,7 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
                         false,
                         false,
                         {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, FM_KV_ACT, "", FM_EXPERTS_DEVICE, 0,
-                         FM_DISPATCH_PRESET, 0, 0}};
+                         FM_DISPATCH_PRESET, 0, 0, FM_LM_HEAD_FLOAT}};
     enum {
         OPT_MODEL_I = 2000,
         OPT_TENSORS,
@@ -85,7 +87,8 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
         OPT_EXPERT_SLOTS_I,
         OPT_DISPATCH_I,
         OPT_EP_I,
-        OPT_TP_I
+        OPT_TP_I,
+        OPT_LM_HEAD_I
     };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
@@ -106,6 +109,7 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
                                              {"dispatch", required_argument, 0, OPT_DISPATCH_I},
                                              {"ep", required_argument, 0, OPT_EP_I},
                                              {"tp", required_argument, 0, OPT_TP_I},
+                                             {"lm-head", required_argument, 0, OPT_LM_HEAD_I},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c;
@@ -131,6 +135,10 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
             if (!fm_dense_parse(optarg, &a->pa.dense))
                 return cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", optarg);
             a->plan_only = "--dense";
+        } else if (c == OPT_LM_HEAD_I) {
+            if (!fm_lm_head_parse(optarg, &a->pa.lm_head))
+                return cli_usage(cmd, "--lm-head must be float or dense, got '%s'", optarg);
+            a->plan_only = "--lm-head";
         } else if (c == OPT_DISPATCH_I) {
             if (!fm_dispatch_parse(optarg, &a->pa.dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);

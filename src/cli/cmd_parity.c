@@ -51,6 +51,8 @@ static const char *HELP =
     "                     preset, by the cpu's exact emulation of its formats; beside them transformers' fp32\n"
     "                     figure from the model's train_report.json when it has one\n"
     "  --dense w8a8       the compared presets with e4m3 dense projections (never the oracle)\n"
+    "  --lm-head L        float (default) or dense: the lm_head of the presets whose dense projections are\n"
+    "                     quantized, in their format (never the oracle; ref and ref32 only with --dense w8a8)\n"
     "  --dispatch D       the expert dispatch format of the fp8 and fp4 presets: bf16, fp8, mxfp4, nvfp4 (run\n"
     "                     once per format to sweep them; the oracle and int4 keep their own)\n"
     "  --int4-scales S    g128 (default) or p2: the int4 group scales of the presets with int4 weights, the int4\n"
@@ -198,14 +200,23 @@ typedef struct parity_run {
 
 /* Loads preset c at this depth and runs the K prompts; compares each with the oracle and the baseline when they
  * have run. keep (K x T x V) receives the logits of the oracle and the baseline. */
-static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, float *keep, fm_error *err) {
-    fm_options opt = r->mo->opt;
-    opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
-    if (c->is_oracle) opt.dense = FM_DENSE_PRESET; /* --dense refines the compared presets, never the oracle */
+void parity_cell_options(const fm_options *base, const parity_cell *c, fm_options *opt) {
+    *opt = *base;
+    opt->preset = c->preset, opt->backend = c->backend;
+    if (c->is_oracle) opt->dense = FM_DENSE_PRESET; /* --dense refines the compared presets, never the oracle */
+    /* --lm-head: the presets whose dense projections are quantized (ref and ref32 only under --dense w8a8) */
+    const bool ref = c->preset == FM_PRESET_REF || c->preset == FM_PRESET_REF32;
+    if (c->is_oracle || (ref && opt->dense == FM_DENSE_PRESET)) opt->lm_head = FM_LM_HEAD_FLOAT;
     /* --int4-scales: the presets with int4 weights (the int4 baseline too), never the fp32 ones */
-    if (c->preset == FM_PRESET_REF || c->preset == FM_PRESET_REF32) opt.int4_scales = FM_INT4_SCALES_G128;
+    if (ref) opt->int4_scales = FM_INT4_SCALES_G128;
     /* --dispatch: the expert dispatch format of the e4m3 presets; the oracle and int4 keep theirs */
-    if (c->preset != FM_PRESET_FP8 && c->preset != FM_PRESET_FP4) opt.dispatch = FM_DISPATCH_PRESET;
+    if (c->preset != FM_PRESET_FP8 && c->preset != FM_PRESET_FP4) opt->dispatch = FM_DISPATCH_PRESET;
+}
+
+static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, float *keep, fm_error *err) {
+    fm_options opt;
+    parity_cell_options(&r->mo->opt, c, &opt);
+    opt.n_layers = depth;
     fm_model *m = NULL;
     double t0 = cli_now();
     fm_status st = r->synthetic ? fm_model_load_synthetic(r->synthetic, depth, &opt, &m, err)
@@ -381,6 +392,7 @@ int cmd_parity(int argc, char **argv) {
                          .dense = mo.opt.dense,
                          .dispatch = mo.opt.dispatch,
                          .int4_scales = mo.opt.int4_scales,
+                         .lm_head = mo.opt.lm_head,
                          .prompts = (int)a.prompts,
                          .full_depth = cfg.n_layers};
     if (a.layers) {

@@ -23,6 +23,7 @@ typedef struct plan_args {
     int32_t expert_slots;
     fm_dispatch dispatch; /* --dispatch: the experts' dispatch buffer format (sizes the W4A8 MoE scratch) */
     int32_t ep, tp;       /* --ep, --tp: the partition over that many ranks (0: none) */
+    fm_lm_head lm_head;   /* --lm-head */
 } plan_args;
 
 /* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */

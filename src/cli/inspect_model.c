@@ -167,8 +167,8 @@ void inspect_print_quantization(const fm_config *c, const fm_model_src *src) {
                            {"lm_head", 0, 0, 0, 0, 0}};
     /* the quantization row of each family of the description; a part after the first of a fused bank (k, v; up)
        shares the first's input order */
-    const int row[FM_WF_COUNT] = {
-        [FM_WF_NORM] = -1, [FM_WF_ATTN] = 0, [FM_WF_ROUTER] = 1, [FM_WF_EXPERTS] = 2, [FM_WF_DENSE_MLP] = 3};
+    const int row[FM_WF_COUNT] = {[FM_WF_NORM] = -1,   [FM_WF_ATTN] = 0,      [FM_WF_ROUTER] = 1,
+                                  [FM_WF_EXPERTS] = 2, [FM_WF_DENSE_MLP] = 3, [FM_WF_LM_HEAD] = 4};
     const fm_arch_desc *arch = fm_arch_of(c);
     for (int l = 0; l < c->n_layers; l++) {
         const fm_layer_src *L = &src->layers[l];

@@ -92,6 +92,7 @@ static fm_status plan_options(const fm_config *cfg_in, const fm_model_src *src, 
     fm_routes routes;
     fm_routes_default(&routes, 0);
     fm_status st = fm_plan_set_dispatch(&plan, a->dispatch, err);
+    if (!st) st = fm_plan_set_lm_head(&plan, a->lm_head, err);
     if (!st) st = fm_plan_set_kv(&plan, a->kv_cache, err);
     if (!st && a->kv_cache == FM_KV_E4M3 && a->max_seqs <= 0)
         st = fm_fail(err, FM_ERR_USAGE, "--kv-cache describes generation's KV cache: give --max-seqs B");
@@ -139,7 +140,8 @@ static void print_table(const planned *q, const plan_args *a) {
     plan_row(what, p.weight_total, 0);
     for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) {
         const char *name = fm_mem_family_name((fm_mem_family)f);
-        if (f == FM_MEM_LM_HEAD && cfg.tie_word_embeddings) name = "lm_head (tied to the embeddings)";
+        if (f == FM_MEM_LM_HEAD && cfg.tie_word_embeddings)
+            name = plan.lm_head_dense ? "lm_head (the tied embeddings, quantized)" : "lm_head (tied to the embeddings)";
         char row[96]; /* the family's bank format, as the load will pick it (a checkpoint's own where it keeps one) */
         if (p.weights[f]) snprintf(row, sizeof row, "%s: %s", name, fm_wformat_name(p.formats[f]));
         else snprintf(row, sizeof row, "%s", name);

@@ -31,6 +31,7 @@ typedef struct parity_report {
     fm_dense dense;             /* --dense: applied to every preset but the oracle */
     fm_dispatch dispatch;       /* --dispatch: applied to the fp8 and fp4 presets (the others refuse it) */
     fm_int4_scales int4_scales; /* --int4-scales: applied to the presets with int4 weights, the baseline too */
+    fm_lm_head lm_head;         /* --lm-head: applied to the presets with quantized dense projections */
     int64_t tokens;             /* T per prompt */
     int prompts;                /* K */
     int32_t full_depth;
@@ -63,6 +64,11 @@ static inline parity_cell *parity_at(const parity_report *r, int d, int c) { ret
 
 /* The legacy layout (one depth, one prompt: today's table and JSON) or the sweep. */
 static inline bool parity_is_sweep(const parity_report *r) { return r->n_depths > 1 || r->prompts > 1; }
+
+/* The load options of cell c from the command's (cmd_parity.c): its preset and backend; --dense, --lm-head,
+ * --int4-scales and --dispatch where they apply to it (never to the oracle). The parity table's runs and the
+ * perplexity table's take the same. */
+void parity_cell_options(const fm_options *base, const parity_cell *c, fm_options *opt);
 
 /* Frees the cells and depths of a report (cmd_parity.c). */
 void parity_free(parity_report *r);

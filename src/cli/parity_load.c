@@ -120,6 +120,8 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     const cJSON *i4 = cJSON_GetObjectItemCaseSensitive(root, "int4_scales"); /* absent before int4-p2: g128 */
     if (!cJSON_IsString(i4) || !fm_int4_scales_parse(i4->valuestring, &r->int4_scales))
         r->int4_scales = FM_INT4_SCALES_G128;
+    const cJSON *lh = cJSON_GetObjectItemCaseSensitive(root, "lm_head"); /* absent before --lm-head: float */
+    if (!cJSON_IsString(lh) || !fm_lm_head_parse(lh->valuestring, &r->lm_head)) r->lm_head = FM_LM_HEAD_FLOAT;
     const cJSON *dp = cJSON_GetObjectItemCaseSensitive(root, "dispatch"); /* absent in runs before --dispatch */
     if (!cJSON_IsString(dp) || !fm_dispatch_parse(dp->valuestring, &r->dispatch)) r->dispatch = FM_DISPATCH_PRESET;
     const cJSON *depths = array(&rd, root, "depths", -1);

@@ -23,6 +23,7 @@ static void print_classic(const parity_report *r) {
     if (r->dense != FM_DENSE_PRESET) printf("   dense: %s", fm_dense_name(r->dense));
     if (r->dispatch != FM_DISPATCH_PRESET) printf("   dispatch (fp8, fp4): %s", fm_dispatch_name(r->dispatch));
     if (r->int4_scales != FM_INT4_SCALES_G128) printf("   int4 scales: %s", fm_int4_scales_name(r->int4_scales));
+    if (r->lm_head != FM_LM_HEAD_FLOAT) printf("   lm_head: %s", fm_lm_head_name(r->lm_head));
     printf("\n\n");
     printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s "
            "| forward s |\n");
@@ -55,6 +56,8 @@ static void print_sweep(const parity_report *r) {
         printf("dispatch of the fp8 and fp4 presets: %s\n", fm_dispatch_name(r->dispatch));
     if (r->int4_scales != FM_INT4_SCALES_G128)
         printf("int4 scales of the presets with int4 weights: %s\n", fm_int4_scales_name(r->int4_scales));
+    if (r->lm_head != FM_LM_HEAD_FLOAT)
+        printf("lm_head of the presets with quantized dense projections: %s\n", fm_lm_head_name(r->lm_head));
     printf("vs fp32: against the oracle; vs int4: against the baseline; mean and worst over the prompts; cos last: "
            "the last position; KL(oracle || preset) and top-5 overlap averaged over positions\n\n");
     printf("| layers | preset | backend | cos vs fp32 | worst      | cos last   | argmax  | KL (nats) | top-5  | cos "
@@ -189,6 +192,7 @@ fm_status parity_write_json(const parity_report *r, const char *path, fm_error *
     cJSON_AddStringToObject(root, "oracle_backend", r->oracle_backend);
     cJSON_AddStringToObject(root, "dense", fm_dense_name(r->dense));
     cJSON_AddStringToObject(root, "int4_scales", fm_int4_scales_name(r->int4_scales));
+    cJSON_AddStringToObject(root, "lm_head", fm_lm_head_name(r->lm_head));
     cJSON_AddStringToObject(root, "dispatch", fm_dispatch_name(r->dispatch));
     char baseline[64];
     snprintf(baseline, sizeof baseline, "int4 preset, %s backend", r->backend);

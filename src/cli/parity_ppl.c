@@ -31,12 +31,14 @@ static double reference_ppl(const char *model_dir) {
     return ppl;
 }
 
-static fm_status score(const parity_report *rep, const cli_model_opts *mo, fm_preset preset, const char *backend,
+/* cell c's perplexity on backend (its own, or the cpu emulating plan_backend's formats) */
+static fm_status score(const parity_report *rep, const cli_model_opts *mo, const parity_cell *c, const char *backend,
                        const char *plan_backend, const int32_t *ids, int64_t n_ids, double *ppl, fm_error *err) {
-    fm_options opt = mo->opt;
-    opt.preset = preset, opt.backend = backend, opt.plan_backend = plan_backend, opt.n_layers = 0;
+    fm_options opt;
+    parity_cell_options(&mo->opt, c, &opt);
+    opt.backend = backend, opt.plan_backend = plan_backend, opt.n_layers = 0;
     opt.max_tokens = rep->ppl_window;
-    fprintf(stderr, "perplexity: preset %s on %s%s, %lld windows of %d...\n", fm_preset_name(preset), backend,
+    fprintf(stderr, "perplexity: preset %s on %s%s, %lld windows of %d...\n", fm_preset_name(c->preset), backend,
             plan_backend ? " (emulating the GPU's formats)" : "", (long long)rep->ppl_windows, rep->ppl_window);
     fm_model *m = NULL;
     double loss = 0;
@@ -64,9 +66,9 @@ fm_status parity_perplexity(parity_report *rep, const cli_model_opts *mo, const 
     fm_status st = FM_OK;
     for (int ci = 0; !st && ci < rep->n_cells; ci++) {
         parity_cell *c = parity_at(rep, d, ci);
-        st = score(rep, mo, c->preset, c->backend, NULL, ids, n_ids, &c->ppl, err);
+        st = score(rep, mo, c, c->backend, NULL, ids, n_ids, &c->ppl, err);
         if (!st && fm_backend_on_device(c->backend)) /* the device's run, and its emulation on the cpu */
-            st = score(rep, mo, c->preset, "cpu", c->backend, ids, n_ids, &c->ppl_emulated, err);
+            st = score(rep, mo, c, "cpu", c->backend, ids, n_ids, &c->ppl_emulated, err);
     }
     return st;
 }

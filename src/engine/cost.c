@@ -103,7 +103,8 @@ void fm_prefill_cost(const fm_config *c, const fm_plan *p, int32_t n_layers, int
         }
     }
     const double rows = last_only ? 1 : t;
-    out->bytes[FM_STAGE_OTHER] += A * t * H * 2 + weight_bytes(p->w_other, V, H) + A * rows * (H + V);
+    out->bytes[FM_STAGE_OTHER] +=
+        A * t * H * 2 + weight_bytes(p->lm_head_dense ? p->w_dense : p->w_other, V, H) + A * rows * (H + V);
     out->flops[FM_STAGE_OTHER] += 2 * rows * H * V;
     for (int s = 0; s < FM_STAGE_COUNT; s++) out->total_bytes += out->bytes[s], out->total_flops += out->flops[s];
 }

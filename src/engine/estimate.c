@@ -45,7 +45,8 @@ static fm_status plan_of_options(const fm_options *opt, fm_plan *plan, fm_error 
     if ((unsigned)opt->preset >= FM_PRESET_COUNT) return fm_fail(err, FM_ERR_USAGE, "unknown preset %d", opt->preset);
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, plan);
     fm_plan_set_dense(plan, opt->dense);
-    const fm_status st = fm_plan_set_dispatch(plan, opt->dispatch, err);
+    fm_status st = fm_plan_set_dispatch(plan, opt->dispatch, err);
+    if (!st) st = fm_plan_set_lm_head(plan, opt->lm_head, err);
     return st ? st : fm_plan_set_kv(plan, opt->kv_cache, err);
 }
 

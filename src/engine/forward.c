@@ -739,7 +739,8 @@ static void run_tail(fm_context *ctx, const fm_row_run *out_rows, int32_t n_runs
     const char *xs = n_runs > 1 ? (const char *)b.y : (const char *)b.x + (size_t)out_rows[0].first * row;
     ops->rmsnorm(be, xs, m->final_norm, rows, H, c->rms_norm_eps, b.h);
     dump(be, "final_norm", -1, b.h, rows * H);
-    ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
+    /* --lm-head dense: the dense projections' activation format */
+    ops->linear(be, m->lm_head, 0, b.h, rows, m->plan.lm_head_dense ? m->plan.a_dense : FM_A_NATIVE, b.logits);
     dump(be, "logits", -1, b.logits, rows * c->vocab_size);
     op_mark(tm, FM_STAGE_OTHER, "final_norm+lm_head",
             fm_op_bytes_act(m, rows, H, n_runs > 1 ? 2 : 1, n_runs > 1 ? 2 : 1) +

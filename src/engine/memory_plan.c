@@ -90,6 +90,7 @@ static fm_status bank_size(const planner *pl, fm_wfamily wf, int32_t n, int64_t 
                            fm_wformat *fmt, size_t *bytes) {
     fm_bank_origin o;
     fm_bank_origin_of_config(pl->quant, cols, &o);
+    if (wf == FM_WF_LM_HEAD) o.quantized = o.fp8_block = false; /* quantized checkpoints keep their lm_head float */
     fm_status st = fm_weight_format(pl->plan, pl->kind, wf, &o, what, fmt, NULL, pl->err);
     if (st) return st;
     *bytes = bank_bytes(pl, *fmt, n, rows, cols);
@@ -129,6 +130,7 @@ static fm_mem_family mem_family(fm_wfamily f) {
     case FM_WF_ATTN: return FM_MEM_ATTN;
     case FM_WF_ROUTER: return FM_MEM_ROUTER;
     case FM_WF_EXPERTS: return FM_MEM_EXPERTS;
+    case FM_WF_LM_HEAD: return FM_MEM_LM_HEAD;
     case FM_WF_DENSE_MLP:
     case FM_WF_COUNT: break;
     }
@@ -142,7 +144,10 @@ static fm_status add_weights(planner *pl, const fm_config *c) {
     if ((st = bank(pl, FM_MEM_EMBED, FM_WF_NORM, 1, V, H, "embed_tokens")) ||
         (st = bank(pl, FM_MEM_NORMS, FM_WF_NORM, 1, 1, H, "final norm")))
         return st;
-    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, FM_WF_NORM, 1, V, H, "lm_head"))) return st;
+    /* a bank of its own unless tied and kept as the embedding's (--lm-head dense quantizes a copy) */
+    if ((!c->tie_word_embeddings || pl->plan->lm_head_dense) &&
+        (st = bank(pl, FM_MEM_LM_HEAD, FM_WF_LM_HEAD, 1, V, H, "lm_head")))
+        return st;
     const fm_arch_desc *a = fm_arch_of(c);
     int32_t first_moe = -1;
     for (int32_t l = 0; l < pl->p->n_layers; l++) {

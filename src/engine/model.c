@@ -257,8 +257,9 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
                   ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, "final norm")
                   : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, "final norm")))
         return st;
-    if (lm_head_tied(src)) m->lm_head = m->embed;
-    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, "lm_head"))) return st;
+    /* tied: the embedding's bank, unless --lm-head dense quantizes a copy of it */
+    if (lm_head_tied(src) && !m->plan.lm_head_dense) m->lm_head = m->embed;
+    else if ((st = bank_acts(&ld, &m->lm_head, &src->lm_head, 1, 1, false, FM_WF_LM_HEAD, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
         fm_load_progress_layer(&ld.progress, l + 1, m->n_layers);
         if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) {
@@ -492,6 +493,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
     if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, err);
+    if (!dst) dst = fm_plan_set_lm_head(&m->plan, opt->lm_head, err);
     if (!dst) dst = fm_plan_set_kv(&m->plan, opt->kv_cache, err);
     if (!dst && opt->kv_cache == FM_KV_E4M3 && opt->max_seqs <= 0)
         dst = fm_fail(err, FM_ERR_USAGE,

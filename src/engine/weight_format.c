@@ -73,6 +73,16 @@ static fm_status choose(const fm_plan *plan, fm_wfamily family, const fm_bank_or
                         fm_wformat *out, bool *native_out, fm_error *err) {
     fm_afmt a_in = plan->a_dense, a_out = plan->a_dense;
     *out = plan->w_other;
+    if (family == FM_WF_LM_HEAD && plan->lm_head_dense) {
+        /* --lm-head dense: our own quantization of the checkpoint's float lm_head, whatever its other linears are */
+        if (o->quantized)
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "%s: --lm-head dense quantizes a float lm_head at load; this checkpoint's is pre-quantized "
+                           "(%s): leave --lm-head at float",
+                           label, fm_quant_method_name(o->ckpt));
+        *out = plan->w_dense;
+        return FM_OK;
+    }
     if (family == FM_WF_ATTN || family == FM_WF_DENSE_MLP) *out = plan->w_dense;
     else if (family == FM_WF_EXPERTS) *out = plan->w_expert, a_in = plan->a_dispatch, a_out = plan->a_expert;
     else return FM_OK;

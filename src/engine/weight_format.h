@@ -29,7 +29,8 @@ void fm_bank_origin_of_srcs(fm_quant_method ckpt, const fm_wsrc *srcs, int64_t c
 void fm_bank_origin_of_config(const fm_quant_config *q, int64_t cols, fm_bank_origin *out);
 
 /* The format of a bank of `family` under `plan` on a backend of `kind`:
- *  - families that are not linear projections (norms, router, embeddings, lm_head) take the plan's w_other;
+ *  - families that are not linear projections (norms, router, embeddings, lm_head) take the plan's w_other; the
+ *    lm_head takes w_dense under the plan's lm_head_dense (--lm-head dense), from a float source only;
  *  - a float plan (ref, ref32) dequantizes pre-quantized sources;
  *  - an int4 plan keeps a pre-quantized checkpoint's numbers: our own int4-g128 binds natively as the plan's int4
  *    banks (codes of -8 do not fit the tensor-core layout: such a bank keeps the checkpoint's format under the fp8

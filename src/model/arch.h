@@ -113,6 +113,8 @@ typedef enum fm_wfamily {
                         Qwen3-Next's shared_expert_gate, in_proj_ba (the b|a rows) and conv1d */
     FM_WF_EXPERTS,   /* expert banks [E]: w_expert, a_dispatch in, a_expert out */
     FM_WF_DENSE_MLP, /* dense SwiGLU projections: w_dense, a_dense */
+    FM_WF_LM_HEAD,   /* the lm_head: w_other, or with the plan's lm_head_dense (--lm-head dense) w_dense and a_dense,
+                        quantized at load from a float lm_head */
     FM_WF_COUNT
 } fm_wfamily;
 
