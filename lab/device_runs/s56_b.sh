@@ -7,14 +7,15 @@
 #   1 test_gdn_decode_fused (the op with ba = the chain fed the host's sums in the kernel's order, bit for bit;
 #     hidden 2048 and 40, early state on and off; the linear op's fallback at 36 and dk 256)
 #   2 decode Qwen3-Next B = 1, 8, 64, the forms off / ba / ba + early state in ABC CBA order
-#   3 Qwen3-Next per op (no graph) off and both; ncu's dense stall sample of the persistent MoE block at
-#     Qwen3-30B-A3B (20 launches; the SASS table for the tail's region: instruction fetch?) if time is left
+#   3 --lm-head dense at Qwen3-30B-A3B, fp8 and fp8 + w8a8, B = 1, 8, 64, float / dense / dense / float
 #   4 memcheck of test_gdn_decode_fused; test_cuda_generate with both routes on (greedy equal to transformers on
-#     every golden model, Qwen3-Next's graphs against its eager steps, cached steps against prefill)
-# Pack .carry/gpu-s56b.tar.xz: build/{fp8moe-bench,test_cuda_ops_fused,test_cuda_generate} of the
+#     every golden model, Qwen3-Next's graphs against its eager steps, cached steps against prefill);
+#     test_cuda_models (every preset against its CPU emulation and the oracle; --lm-head dense likewise)
+# s56_c.sh (the next call, same pack): Qwen3-Next per op with the routes, ncu's dense sample of the MoE block.
+# Pack .carry/gpu-s56b.tar.xz: build/{fp8moe-bench,test_cuda_ops_fused,test_cuda_generate,test_cuda_models} of the
 # commit that adds the routes, 1fa3655 (test_cuda_ops_fused of the next commit: the same cases, its comparisons as
 # helpers; built in build/gpu-ab for sm_90a; the fifty-first session left the pack built):
-#   mkdir -p /tmp/p/build && cp build/gpu-ab/fp8moe-bench build/gpu-ab/tests/gpu/test_cuda_{ops_fused,generate} \
+#   mkdir -p /tmp/p/build && cp build/gpu-ab/fp8moe-bench build/gpu-ab/tests/gpu/test_cuda_{ops_fused,generate,models} \
 #     /tmp/p/build/ && strip /tmp/p/build/* && (cd /tmp/p && find build -type f | sort | tar -cf - -T - | \
 #     xz --lzma2=preset=6,dict=192MiB -T1) > .carry/gpu-s56b.tar.xz
 #   carry .carry/env.sh, .carry/debs, .carry/gpu-s56b.tar.xz
@@ -35,26 +36,15 @@ for v in off ba both both ba off; do
     --steps 32 --batch 1,8,64 --route $R$X > $f 2>&1
   echo "== next $v rc $? $SECONDS s:" $(grep -E '^\| fp8 \| [0-9]+ \| [0-9.]+ \|' $f | cut -d'|' -f3,4 | tr '\n' ' ')
 done
-# per op without a graph, off and both: "in_proj (qkvz, ba)" against "in_proj (qkvz)" and the GDN op's line
-for v in off both; do
-  X=; [ $v = both ] && X=,gdn.decode_ba=on,gdn.early_state=on
-  timeout 60 $B/fp8moe-bench decode --synthetic qwen3-next-80b-a3b --context 2048 --presets fp8 --backend cuda \
-    --steps 16 --batch 1 --route $R$X --per-op > $L/next_perop_$v.log 2>&1
-  echo "== next per-op $v rc $? $SECONDS s"; grep -E "in_proj|conv|gated norm|out_proj" $L/next_perop_$v.log | head -6
+# --lm-head dense (the lm_head in the dense projections' format: int4-tc W4A8 under fp8, e4m3 per tensor under
+# --dense w8a8), Qwen3-30B-A3B, float / dense / dense / float
+for v in float dense dense float; do
+  [ $SECONDS -gt 420 ] && break
+  f=$L/lm_head_${v}_$SECONDS.log
+  timeout 100 $B/fp8moe-bench decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8,fp8+w8a8 --backend cuda \
+    --steps 32 --batch 1,8,64 --route $R --lm-head $v > $f 2>&1
+  echo "== 30b lm_head $v rc $? $SECONDS s:" $(grep -E '^\| fp8(\+w8a8)? \| [0-9]+ \| [0-9.]+ \|' $f | cut -d'|' -f2,3,4 | tr '\n' ' ')
 done
-# the persistent MoE block's stalls densely sampled (bench/NOTES.md fiftieth session: is its one-CTA tail waiting on
-# instruction fetch?), Qwen3-30B-A3B at one token, 20 launches; the SASS table comes back for the tail's region
-if [ $SECONDS -lt 330 ]; then
-  t0=$SECONDS
-  timeout 120 ncu --clock-control none --sampling-interval 0 --section WarpStateStats --section SourceCounters \
-    -k regex:moe_decode_block --launch-skip 48 --launch-count 20 -o /tmp/blk $B/fp8moe-bench decode --synthetic \
-    qwen3-30b-a3b --batch 1 --context 2048 --steps 2 --warmup 0 --presets fp8 --backend cuda \
-    --route $R,decode.graphs=off > $L/ncu_run.log 2>&1
-  echo "== ncu rc $? $((SECONDS - t0)) s"; tail -2 $L/ncu_run.log
-  ncu -i /tmp/blk.ncu-rep --page details --csv > $L/ncu_details.csv 2>&1
-  ncu -i /tmp/blk.ncu-rep --page source --csv --print-source sass > $L/ncu_sass.csv 2>&1
-  grep -iE "no_instruction|warp cycles per issued" $L/ncu_details.csv | cut -c1-200 | head -6
-fi
 left=$((${CALL_S:-560} - SECONDS)); LIM=$((left > 30 ? left : 30))
 echo "== tests, $LIM s each"
 t() { # name, command...: in the background, all at once (correctness only)
@@ -63,8 +53,9 @@ t() { # name, command...: in the background, all at once (correctness only)
 }
 FM_TEST_FILTER=test_gdn_decode_fused t memcheck compute-sanitizer --tool memcheck $B/test_cuda_ops_fused
 t generate $B/test_cuda_generate --route gdn.decode_ba=on,gdn.early_state=on
+t models $B/test_cuda_models
 wait
-for n in memcheck generate; do
+for n in memcheck generate models; do
   echo "== $n rc $(cat $L/$n.rc): $(grep -cE 'bit for bit' $L/$n.log) bit-for-bit lines"
   grep -E "FAIL|PASSED|rror|ERROR SUMMARY" $L/$n.log | head -4
 done

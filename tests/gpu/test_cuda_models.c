@@ -4,7 +4,7 @@
  * define; the second what the formats cost. Bounds (asserted) are loose enough for bf16 rounding-order
  * differences over a few layers; ref32 has no rounding to bf16 anywhere, so it must match the CPU's fp32 to
  * within summation order: cosine >= 0.99999 and the same argmax almost everywhere. The figures are printed for
- * the notes. */
+ * the notes. --lm-head dense (fp8, and fp8 with --dense w8a8) likewise on tiny-code-moe and the tied model. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,12 +20,12 @@
 #include "gpu_test_util.h"
 #include "util/metrics.h"
 
-static float *run_dense(const char *dir, const char *backend, const char *plan_backend, fm_preset p, fm_dense dense,
-                        const int32_t *ids, int64_t T, int32_t *V) {
+static float *run_lm_head(const char *dir, const char *backend, const char *plan_backend, fm_preset p, fm_dense dense,
+                          fm_lm_head lm_head, const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
     opt.routes = gpu_test_routes();
-    opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p, opt.dense = dense;
+    opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p, opt.dense = dense, opt.lm_head = lm_head;
     fm_model *m = NULL;
     fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
@@ -39,6 +39,11 @@ static float *run_dense(const char *dir, const char *backend, const char *plan_b
     fm_context_free(ctx);
     fm_model_free(m);
     return logits;
+}
+
+static float *run_dense(const char *dir, const char *backend, const char *plan_backend, fm_preset p, fm_dense dense,
+                        const int32_t *ids, int64_t T, int32_t *V) {
+    return run_lm_head(dir, backend, plan_backend, p, dense, FM_LM_HEAD_FLOAT, ids, T, V);
 }
 
 static float *run(const char *dir, const char *backend, const char *plan_backend, fm_preset p, const int32_t *ids,
@@ -111,6 +116,35 @@ static void parity_q(const char *dir, const char *ids_file, int64_t max_tokens, 
     free(int4_gpu), free(oracle), free(ids);
 }
 
+/* --lm-head dense: fp8 (the lm_head int4-tc on the W4A8 GEMV and GEMM) and fp8 with --dense w8a8 (e4m3 per tensor)
+   against their CPU emulations (>= 0.999) and the fp32 oracle (>= 0.97: the format's cost) */
+static void lm_head_dense(const char *dir, const char *ids_file, int64_t max_tokens) {
+    int32_t *ids = NULL;
+    int64_t T = 0;
+    fm_error err;
+    assert_int_equal(fm_ids_read(ids_file, &ids, &T, &err), FM_OK);
+    if (T > max_tokens) T = max_tokens;
+    int32_t V = 0;
+    float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, T, &V);
+    const fm_dense dense[2] = {FM_DENSE_PRESET, FM_DENSE_W8A8};
+    for (int i = 0; i < 2; i++) {
+        float *emul = run_lm_head(dir, "cpu", "cuda", FM_PRESET_FP8, dense[i], FM_LM_HEAD_DENSE, ids, T, &V);
+        float *gpu = run_lm_head(dir, "cuda", NULL, FM_PRESET_FP8, dense[i], FM_LM_HEAD_DENSE, ids, T, &V);
+        fm_compare ce, co;
+        fm_logits_compare(emul, gpu, T, V, &ce);
+        fm_logits_compare(oracle, gpu, T, V, &co);
+        printf("%-36s fp8%s --lm-head dense | vs cpu emulation: cos %.6f argmax %5.1f%% | vs fp32: cos %.6f argmax "
+               "%5.1f%% KL %.3g\n",
+               dir, i ? " --dense w8a8" : "", ce.cosine, 100 * ce.argmax_agree, co.cosine, 100 * co.argmax_agree,
+               co.mean_kl);
+        assert_int_equal(ce.n_nonfinite, 0);
+        assert_true(ce.cosine >= 0.999);
+        assert_true(co.cosine >= 0.97);
+        free(emul), free(gpu);
+    }
+    free(oracle), free(ids);
+}
+
 static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     parity_q(dir, ids_file, max_tokens, 0.97, true, 0.999);
 }
@@ -118,6 +152,7 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
 static void tiny_code_moe(void **s) {
     (void)s;
     parity("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512);
+    lm_head_dense("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512);
 }
 static void golden_qwen3(void **s) {
     (void)s;
@@ -126,6 +161,8 @@ static void golden_qwen3(void **s) {
 static void golden_tied(void **s) {
     (void)s;
     parity("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64);
+    /* a quantized copy of the tied embeddings as the lm_head */
+    lm_head_dense("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64);
 }
 static void golden_mixtral(void **s) {
     (void)s;
