@@ -13,8 +13,8 @@
 #     test_cuda_models (every preset against its CPU emulation and the oracle; --lm-head dense likewise)
 # s56_c.sh (the next call, same pack): Qwen3-Next per op with the routes, ncu's dense sample of the MoE block.
 # Pack .carry/gpu-s56b.tar.xz: build/{fp8moe-bench,test_cuda_ops_fused,test_cuda_generate,test_cuda_models} of the
-# commit that adds the routes, 1fa3655 (test_cuda_ops_fused of the next commit: the same cases, its comparisons as
-# helpers; built in build/gpu-ab for sm_90a; the fifty-first session left the pack built):
+# tree of f8deaf5 (the routes of 1fa3655, --lm-head of b04fea1; built in build/gpu-ab for sm_90a; the
+# fifty-first session left the pack built):
 #   mkdir -p /tmp/p/build && cp build/gpu-ab/fp8moe-bench build/gpu-ab/tests/gpu/test_cuda_{ops_fused,generate,models} \
 #     /tmp/p/build/ && strip /tmp/p/build/* && (cd /tmp/p && find build -type f | sort | tar -cf - -T - | \
 #     xz --lzma2=preset=6,dict=192MiB -T1) > .carry/gpu-s56b.tar.xz
