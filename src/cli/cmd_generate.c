@@ -410,6 +410,7 @@ static fm_status write_json(const gen_run *r, const char *path, fm_error *err) {
     cJSON_AddStringToObject(root, "backend", r->mo->opt.backend);
     cJSON_AddStringToObject(root, "preset", fm_preset_name(r->mo->opt.preset));
     cJSON_AddStringToObject(root, "dense", fm_dense_name(r->mo->opt.dense));
+    cJSON_AddStringToObject(root, "lm_head", fm_lm_head_name(r->mo->opt.lm_head));
     cJSON_AddNumberToObject(root, "ctx", (double)r->mo->opt.ctx);
     cJSON_AddNumberToObject(root, "max_seqs", r->mo->opt.max_seqs);
     cJSON_AddNumberToObject(root, "prefill_chunk", (double)r->mo->opt.max_tokens);
