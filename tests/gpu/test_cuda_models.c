@@ -51,6 +51,15 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     return run_dense(dir, backend, plan_backend, p, FM_DENSE_PRESET, ids, T, V);
 }
 
+/* the first max_tokens ids of ids_file (*ids, *T) and the CPU's fp32 logits of them (the oracle) */
+static float *oracle_of(const char *dir, const char *ids_file, int64_t max_tokens, int32_t **ids, int64_t *T,
+                        int32_t *V) {
+    fm_error err;
+    assert_int_equal(fm_ids_read(ids_file, ids, T, &err), FM_OK);
+    if (*T > max_tokens) *T = max_tokens;
+    return run(dir, "cpu", "cpu", FM_PRESET_REF, *ids, *T, V);
+}
+
 /* q_bound: the least cosine of a quantized preset against the fp32 oracle, and of fp8 against int4 (a format's cost,
    model-dependent: the 64-wide random Qwen3-Next checkpoints lose ~0.04 to int4 on the CPU as well, test_golden.c) */
 /* w8a8: also fp8 with --dense w8a8 (cuBLASLt FP8: every dense projection's width a multiple of 16) */
@@ -58,13 +67,9 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
    margins are tiny: the W4A8 kernels' accumulation order moves an e4m3 code now and then, test_cuda_ops.c) */
 static void parity_q(const char *dir, const char *ids_file, int64_t max_tokens, double q_bound, bool w8a8,
                      double fp8_emul) {
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, V = 0;
     int64_t T = 0;
-    fm_error err;
-    assert_int_equal(fm_ids_read(ids_file, &ids, &T, &err), FM_OK);
-    if (T > max_tokens) T = max_tokens;
-    int32_t V = 0;
-    float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, T, &V);
+    float *oracle = oracle_of(dir, ids_file, max_tokens, &ids, &T, &V);
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     float *int4_gpu = NULL;
     for (int i = 0; i < 4; i++) {
@@ -119,13 +124,9 @@ static void parity_q(const char *dir, const char *ids_file, int64_t max_tokens, 
 /* --lm-head dense: fp8 (the lm_head int4-tc on the W4A8 GEMV and GEMM) and fp8 with --dense w8a8 (e4m3 per tensor)
    against their CPU emulations (>= 0.999) and the fp32 oracle (>= 0.97: the format's cost) */
 static void lm_head_dense(const char *dir, const char *ids_file, int64_t max_tokens) {
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, V = 0;
     int64_t T = 0;
-    fm_error err;
-    assert_int_equal(fm_ids_read(ids_file, &ids, &T, &err), FM_OK);
-    if (T > max_tokens) T = max_tokens;
-    int32_t V = 0;
-    float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, T, &V);
+    float *oracle = oracle_of(dir, ids_file, max_tokens, &ids, &T, &V);
     const fm_dense dense[2] = {FM_DENSE_PRESET, FM_DENSE_W8A8};
     for (int i = 0; i < 2; i++) {
         float *emul = run_lm_head(dir, "cpu", "cuda", FM_PRESET_FP8, dense[i], FM_LM_HEAD_DENSE, ids, T, &V);
