@@ -34,7 +34,7 @@ for v in off ba both both ba off; do
   f=$L/next_${v}_$SECONDS.log
   timeout 100 $B/fp8moe-bench decode --synthetic qwen3-next-80b-a3b --context 2048 --presets fp8 --backend cuda \
     --steps 32 --batch 1,8,64 --route $R$X > $f 2>&1
-  echo "== next $v rc $? $SECONDS s:" $(grep -E '^\| fp8 \| [0-9]+ \| [0-9.]+ \|' $f | cut -d'|' -f3,4 | tr '\n' ' ')
+  echo "== next $v rc $? $SECONDS s:" $(grep -E '^\| fp8 \| [0-9]+ \| [0-9.]+ \|' $f | head -3 | cut -d'|' -f3,4 | tr '\n' ' ')
 done
 # --lm-head dense (the lm_head in the dense projections' format: int4-tc W4A8 under fp8, e4m3 per tensor under
 # --dense w8a8), Qwen3-30B-A3B, float / dense / dense / float
@@ -43,7 +43,7 @@ for v in float dense dense float; do
   f=$L/lm_head_${v}_$SECONDS.log
   timeout 100 $B/fp8moe-bench decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8,fp8+w8a8 --backend cuda \
     --steps 32 --batch 1,8,64 --route $R --lm-head $v > $f 2>&1
-  echo "== 30b lm_head $v rc $? $SECONDS s:" $(grep -E '^\| fp8(\+w8a8)? \| [0-9]+ \| [0-9.]+ \|' $f | cut -d'|' -f2,3,4 | tr '\n' ' ')
+  echo "== 30b lm_head $v rc $? $SECONDS s:" $(grep -E '^\| fp8(\+w8a8)? \| [0-9]+ \| [0-9.]+ \|' $f | head -6 | cut -d'|' -f2,3,4 | tr '\n' ' ')
 done
 left=$((${CALL_S:-560} - SECONDS)); LIM=$((left > 30 ? left : 30))
 echo "== tests, $LIM s each"

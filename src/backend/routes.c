@@ -668,8 +668,9 @@ static const route_key route_keys[] = {
      "head, bf16), run as two launches: the qkvz GEMV, then a cuBLAS GEMM for ba, which takes no part in PDL. `on` "
      "drops the second: the fused decode kernel (`gdn.decode_fused`) computes its value head's b and a rows itself "
      "before its PDL wait (the weights, and the normed row, written two launches back, through L2), in a fixed order "
-     "that the op test repeats on the host, rounded as the linear's output is. Rows whose hidden size is not a "
-     "multiple of 8 keep the linear. `auto` is `off` until measured on the GPU; the cpu backend has one reference (the "
+     "that the op test repeats on the host, rounded as the linear's output is. Where the fused kernel does not run "
+     "(`gdn.decode_fused=off`, prompt steps) or the hidden size is not a multiple of 8, the linear runs as before. "
+     "`auto` is `off` until measured on the GPU; the cpu backend has one reference (the "
      "linear, then the op)",
      now_gdn_decode_ba},
     {"gdn.early_state", FIELD(gdn_early_state), "auto|on|off", SWITCH_WORDS, "off",
