@@ -36,8 +36,8 @@ static const char *HELP =
     "                     --nvtx-include \"decode step/\" profiles their kernels alone)\n"
     "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
     "  --layers L         only the first L layers\n"
-    "  --lm-head L        float (default) or dense: the lm_head in the dense projections' format (every preset\n"
-    "                     listed must quantize its dense projections: not ref)\n"
+    "  --lm-head L        float (default) or dense: the lm_head in the dense projections' format, for the presets\n"
+    "                     that quantize them (int4, fp8, fp8+w8a8; ref keeps its float lm_head)\n"
     "  --int4-scales S    g128 (default) or p2: the group scales of the weights quantized to int4 at load\n"
     "                     (docs/int4_p2.md; the presets with int4 weights only). Route w4a8.kernel=fold needs p2\n"
     "  --json FILE        also write the results as JSON\n"
@@ -379,6 +379,8 @@ static void run_preset(const decode_args *a, const char *preset, const cli_model
     int64_t max_b = 0;
     for (int i = 0; i < a->nb; i++) max_b = a->batches[i] > max_b ? a->batches[i] : max_b;
     opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    /* --lm-head dense: the presets whose dense projections are quantized (the header says so); ref keeps its own */
+    if (p == FM_PRESET_REF || p == FM_PRESET_REF32) opt.lm_head = FM_LM_HEAD_FLOAT;
     opt.max_seqs = (int32_t)(max_b + (a->prompt_rows > 0)), opt.ctx = a->context + a->b.warmup + a->b.repeat + 1;
     if (opt.ctx < max_b + a->prompt_rows) opt.ctx = max_b + a->prompt_rows; /* a pass's rows are checked against it */
     opt.max_tokens = a->context < 2048 ? a->context : 2048;
@@ -577,8 +579,10 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
     printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, lm_head %s, "
            "KV cache %s, routing %s, experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
-           fm_int4_scales_name(a->int4_scales), fm_lm_head_name(a->lm_head), fm_kv_dtype_name(a->kv_cache),
-           a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
+           fm_int4_scales_name(a->int4_scales),
+           a->lm_head == FM_LM_HEAD_DENSE ? "dense (ref: float)" : fm_lm_head_name(a->lm_head),
+           fm_kv_dtype_name(a->kv_cache), a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in),
+           a->random_ids ? "random" : "sampled",
            !a->json_object  ? ""
            : a->mask_before ? ", every sequence constrained to JSON objects (masks on the host, before each step)"
                             : ", every sequence constrained to JSON objects (masks on the host, during the pass)");
