@@ -111,6 +111,18 @@ static void plan_of(const fm_model *m, const char *backend, int64_t T, fm_memory
     if (st) fail_msg("plan: %s", err.msg);
 }
 
+/* m's plan on the cpu at T tokens (*plan) holds, family by family and in total, the bytes m's banks hold; *got: those
+   banks (what: the case, for the message) */
+static void expect_plan_holds(const fm_model *m, int64_t T, const char *what, fm_memory_plan *plan, fam_bytes *got) {
+    plan_of(m, "cpu", T, plan);
+    loaded_bytes(m, got);
+    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+        if (got->bytes[f] != plan->weights[f])
+            fail_msg("%s: %s holds %zu bytes, the plan says %zu", what, fm_mem_family_name((fm_mem_family)f),
+                     got->bytes[f], plan->weights[f]);
+    assert_int_equal(m->weight_bytes, plan->weight_total);
+}
+
 static void cpu_weights_equal_plan(void **s) {
     (void)s;
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
@@ -126,16 +138,12 @@ static void cpu_weights_equal_plan(void **s) {
                     fm_model *m = NULL;
                     fm_error err = {{0}};
                     if (fm_model_load(models[i], &opt, &m, &err)) fail_msg("load %s: %s", models[i], err.msg);
+                    char what[200];
+                    snprintf(what, sizeof what, "%s %s/%s layers %d", models[i], fm_preset_name(presets[p]),
+                             plan_backends[b], layers[l]);
                     fm_memory_plan plan;
-                    plan_of(m, "cpu", 37, &plan);
                     fam_bytes got;
-                    loaded_bytes(m, &got);
-                    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
-                        if (got.bytes[f] != plan.weights[f])
-                            fail_msg("%s %s/%s layers %d: %s holds %zu bytes, the plan says %zu", models[i],
-                                     fm_preset_name(presets[p]), plan_backends[b], layers[l],
-                                     fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
-                    assert_int_equal(m->weight_bytes, plan.weight_total);
+                    expect_plan_holds(m, 37, what, &plan, &got);
                     assert_int_equal(got.n_banks, plan.n_banks);
                     assert_int_equal(plan.n_layers, m->n_layers);
                     assert_true(plan.activations > 0 &&
@@ -170,16 +178,12 @@ static void lm_head_dense_equals_plan(void **s) {
         assert_true(m->lm_head != m->embed);
         assert_int_equal(m->lm_head->fmt, m->plan.w_dense);
         assert_int_not_equal(m->lm_head->fmt, m->plan.w_other);
+        char what[200];
+        snprintf(what, sizeof what, "%s --lm-head dense", cases[i].dir);
         fm_memory_plan plan;
-        plan_of(m, "cpu", 31, &plan);
         fam_bytes got;
-        loaded_bytes(m, &got);
-        for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
-            if (got.bytes[f] != plan.weights[f])
-                fail_msg("%s --lm-head dense: %s holds %zu bytes, the plan says %zu", cases[i].dir,
-                         fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
+        expect_plan_holds(m, 31, what, &plan, &got);
         assert_int_equal(plan.formats[FM_MEM_LM_HEAD], m->lm_head->fmt);
-        assert_int_equal(m->weight_bytes, plan.weight_total);
         fm_model_free(m);
     }
     fm_options opt;
@@ -222,15 +226,11 @@ static void prequant_weights_equal_plan(void **s) {
         fm_model *m = NULL;
         fm_error err = {{0}};
         if (fm_model_load(cases[i].dir, &opt, &m, &err)) fail_msg("load %s: %s", cases[i].dir, err.msg);
+        char what[200];
+        snprintf(what, sizeof what, "%s %s", cases[i].dir, fm_preset_name(cases[i].preset));
         fm_memory_plan plan;
-        plan_of(m, "cpu", 29, &plan);
         fam_bytes got;
-        loaded_bytes(m, &got);
-        for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
-            if (got.bytes[f] != plan.weights[f])
-                fail_msg("%s %s: %s holds %zu bytes, the plan says %zu", cases[i].dir, fm_preset_name(cases[i].preset),
-                         fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
-        assert_int_equal(m->weight_bytes, plan.weight_total);
+        expect_plan_holds(m, 29, what, &plan, &got);
         /* the formats the plan reports (inspect prints them) are the ones the load picked */
         assert_int_equal(plan.formats[FM_MEM_ATTN], m->layers[0].qkv->fmt);
         assert_int_equal(plan.formats[FM_MEM_EXPERTS], m->layers[0].gate_up->fmt);
